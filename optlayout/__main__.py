@@ -1,0 +1,5 @@
+"""`python -m optlayout`."""
+
+from optlayout.cli import main
+
+main()

@@ -1,0 +1,5 @@
+"""`python -m optlayout.cli`."""
+
+from optlayout.cli import main
+
+main()

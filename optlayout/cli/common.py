@@ -1,0 +1,123 @@
+"""Shared CLI plumbing: JSON output, rich tables on a terminal, and parsing of `key=value` lists."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import pydantic
+import typer
+from rich.console import Console
+
+from optlayout.cost import DEFAULT_PARAMS, CostParams
+from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.specs import JobSpec, ModelSpec
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_json(payload: Any) -> None:
+    """Deterministic JSON on stdout (sorted keys are not forced: schemas keep their own order)."""
+    sys.stdout.write(json.dumps(payload, indent=2, default=_default) + "\n")
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "value"):
+        return obj.value
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def parse_pairs(text: str, what: str) -> dict[str, str]:
+    """`a=1,b=x` -> {'a': '1', 'b': 'x'}; a bare word `sp` becomes {'sp': 'true'}."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out[key.strip()] = value.strip()
+        else:
+            out[part] = "true"
+    if not out:
+        raise OptlayoutError(f"{what}: expected key=value pairs, got {text!r}")
+    return out
+
+
+# Options shared by the commands that take a model, a cluster and a job.
+ModelOpt = Annotated[str | None, typer.Option("--model", help="model preset, e.g. llama3.1-70b")]
+ModelConfigOpt = Annotated[Path | None, typer.Option("--model-config", help="Hugging Face config.json")]
+TopologyOpt = Annotated[Path | None, typer.Option("--topology", help="topology YAML file")]
+ClusterOpt = Annotated[
+    str | None, typer.Option("--cluster", help="shorthand cluster: gpu=h100-sxm,gpus=64,gpus_per_node=8,...")
+]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="tokens per sequence")]
+GlobalBatchOpt = Annotated[int | None, typer.Option("--global-batch", help="sequences per optimizer step")]
+GlobalBatchTokensOpt = Annotated[int | None, typer.Option("--global-batch-tokens", help="tokens per step")]
+MinBatchOpt = Annotated[int | None, typer.Option("--min-global-batch", help="lower bound, sequences")]
+MaxBatchOpt = Annotated[int | None, typer.Option("--max-global-batch", help="upper bound, sequences")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8")]
+OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]
+HeadroomOpt = Annotated[float, typer.Option("--headroom", help="fraction of GPU memory kept free")]
+CalibrationOpt = Annotated[Path | None, typer.Option("--calibration", help="calibration profile YAML")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def model_arg(model: str | None, model_config: Path | None) -> ModelSpec:
+    """Exactly one of --model and --model-config."""
+    from optlayout.api import resolve_model
+    from optlayout.presets import model_from_hf_config
+
+    if (model is None) == (model_config is None):
+        raise OptlayoutError("model: give exactly one of --model NAME and --model-config config.json")
+    return resolve_model(model) if model is not None else model_from_hf_config(model_config)  # type: ignore[arg-type]
+
+
+def cluster_arg(topology: Path | None, cluster: str | None) -> Any:
+    """Exactly one of --topology and --cluster, resolved to a Topology."""
+    from optlayout.topology import resolve_cluster
+
+    if (topology is None) == (cluster is None):
+        raise OptlayoutError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+    return resolve_cluster(topology if topology is not None else cluster)  # type: ignore[arg-type]
+
+
+def job_arg(
+    seq_len: int,
+    global_batch: int | None,
+    global_batch_tokens: int | None,
+    min_global_batch: int | None = None,
+    max_global_batch: int | None = None,
+    precision: str = "bf16",
+    optimizer_bytes: float = 12.0,
+    headroom: float = 0.05,
+) -> JobSpec:
+    try:
+        return JobSpec(
+            seq_len=seq_len,
+            global_batch=global_batch,
+            global_batch_tokens=global_batch_tokens,
+            min_global_batch=min_global_batch,
+            max_global_batch=max_global_batch,
+            precision=precision,  # type: ignore[arg-type]
+            optimizer_bytes_per_param=optimizer_bytes,
+            memory_headroom=headroom,
+        )
+    except pydantic.ValidationError as exc:
+        raise OptlayoutError(describe_validation_error(exc, "job")) from None
+
+
+def params_arg(calibration: Path | None, gpu: str, precision: str) -> CostParams:
+    """The cost parameters: defaults, or those a calibration profile holds for this GPU and precision."""
+    if calibration is None:
+        return DEFAULT_PARAMS
+    from optlayout.runs.calibrate import load_profile
+
+    return load_profile(calibration).params_for(gpu, precision)
+
+
+def gb(value_bytes: float) -> float:
+    """Bytes to decimal GB, rounded for display."""
+    return round(value_bytes / 1e9, 3)

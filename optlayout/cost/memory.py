@@ -1,0 +1,213 @@
+"""Memory per GPU: training state, activations (Korthikanti et al. 2022), buffers and a runtime reserve.
+
+Activation bytes follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", section 4, term by term, generalized to GQA (separate query and key/value widths), SwiGLU and
+squared-ReLU MLPs, IO-aware attention (no s^2 terms), dropout on or off, and context parallelism (the
+sequence split over `cp`). With dropout, naive attention, MHA and a 4h GeLU MLP it reduces to the paper's
+sbh(34 + 5as/h) per layer; with TP it becomes sbh(10 + 24/t + 5as/(ht)); with TP and sequence
+parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attention term.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from optlayout.cost.params import CostParams
+from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
+
+ACT_BYTES = 2  # 16-bit activations
+
+
+class MemoryBreakdown(BaseModel):
+    """Bytes per GPU on the fullest pipeline stage."""
+
+    stage: int
+    layers_on_stage: int
+    params_on_gpu: float
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    reserve_bytes: float
+
+    @property
+    def state_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.state_bytes + self.activations_bytes + self.buffers_bytes + self.reserve_bytes
+
+
+def stage_layer_counts(layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
+    """Transformer layers on each pipeline stage.
+
+    Given first/last counts, the rest split evenly. Otherwise an even split when `pp` divides `layers`;
+    else, if `layers + 2` divides, the embedding and the output layer each count as one layer (Llama 3:
+    126 layers on 16 stages = 7, 8 x 14, 7); else the remainder goes to the middle stages.
+    """
+    if pp == 1:
+        return [layers]
+    if first is not None or last is not None:
+        f = first if first is not None else None
+        la = last if last is not None else None
+        fixed = (f or 0) + (la or 0)
+        free_stages = pp - (f is not None) - (la is not None)
+        rest = layers - fixed
+        if rest < 0 or (free_stages and rest % free_stages) or (not free_stages and rest):
+            raise ValueError(f"{layers} layers cannot be split over {pp} stages with first={first}, last={last}")
+        mid = rest // free_stages if free_stages else 0
+        if free_stages and mid < 1:
+            raise ValueError(f"{layers} layers leave no layer for the middle stages with first={first}, last={last}")
+        return [f if f is not None else mid] + [mid] * (pp - 2) + [la if la is not None else mid]
+    if layers % pp == 0:
+        return [layers // pp] * pp
+    if (layers + 2) % pp == 0 and (layers + 2) // pp >= 2:
+        per = (layers + 2) // pp
+        return [per - 1] + [per] * (pp - 2) + [per - 1]
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    for i in range(extra):
+        counts[1 + i % (pp - 2) if pp > 2 else i] += 1
+    return counts
+
+
+def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
+    """A Megatron-expressible split of `layers` over `pp` stages: (first, last) layer counts, None for even.
+
+    Even when `pp` divides `layers`; else equal first and last stages with fewer layers than the even
+    middle stages (`--decoder-first/last-pipeline-num-layers`), the most balanced such split; None when
+    no split exists (returned as the bare None, distinct from `(None, None)`).
+    """
+    if pp == 1 or layers % pp == 0:
+        return (None, None)
+    if pp == 2:
+        return None
+    best: tuple[int, int] | None = None
+    for middle in range(-(-layers // pp), layers):
+        rest = layers - middle * (pp - 2)
+        if rest < 2:
+            break
+        if rest % 2 == 0 and rest // 2 <= middle:
+            best = (rest // 2, rest // 2)
+            break
+    return best
+
+
+def stage_params(model: ModelSpec, layout: Layout, stage: int, layers_on_stage: int) -> float:
+    """Parameters held by one GPU of a stage (TP-sharded; vocab-parallel embedding and output layer)."""
+    total = layers_on_stage * model.layer_params
+    last = layout.pp - 1
+    if stage == 0:
+        total += model.embedding_params
+    if stage == last:
+        total += model.output_params
+        if model.tied_embeddings and layout.pp > 1:
+            total += model.vocab * model.hidden  # the last stage keeps its own copy of the tied matrix
+    return total / layout.tp
+
+
+def state_bytes_per_gpu(
+    params_on_gpu: float, job: JobSpec, sharding: Sharding, shard_group: int
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes on one GPU; ZeRO/FSDP shard over the data-parallel group."""
+    d = max(shard_group, 1)
+    weights = params_on_gpu * job.weight_bytes_per_param / (d if sharding == Sharding.fsdp else 1)
+    grads = params_on_gpu * job.grad_bytes_per_param / (d if sharding in (Sharding.zero2, Sharding.fsdp) else 1)
+    optim = params_on_gpu * job.optimizer_bytes_per_param / (d if sharding != Sharding.none else 1)
+    return weights, grads, optim
+
+
+def activation_bytes_per_layer(model: ModelSpec, job: JobSpec, layout: Layout) -> float:
+    """Bytes one transformer layer keeps for backward, per micro-batch, on one GPU."""
+    s, b, t = job.seq_len, layout.micro_batch, layout.tp
+    tokens = s * b / layout.cp  # tokens of this micro-batch on this CP rank
+    h, dq, dkv, f = model.hidden, model.q_width, model.kv_width, model.ffn
+    dropout = 1 if job.dropout else 0
+    if layout.recompute == Recompute.full:
+        # only the layer input is kept (sequence-sharded with SP, as Megatron's distribute-saved-activations)
+        return ACT_BYTES * tokens * h / (t if layout.sequence_parallel else 1)
+    # Kept whole on every TP rank unless sequence parallel: 2 norm inputs, QKV and MLP inputs, dropout masks.
+    replicated = ACT_BYTES * tokens * h * 4 + tokens * h * 2 * dropout
+    # Split over TP: Q, K, V; attention internals; output-projection input; MLP internals.
+    qkv = ACT_BYTES * tokens * (dq + 2 * dkv)
+    if job.attention_kernel == "naive":
+        # softmax output (2 B), and with dropout its mask (1 B) and output (2 B), per score
+        attn_internal = model.heads * tokens * s * (ACT_BYTES + 3 * dropout)
+    else:
+        attn_internal = 4.0 * model.heads * tokens  # fp32 log-sum-exp per query and head (IO-aware kernel)
+    if layout.recompute == Recompute.selective:
+        attn_internal = 0.0  # recomputed from Q, K, V
+    proj_in = ACT_BYTES * tokens * dq
+    mlp_values = {"swiglu": 3, "gelu": 2, "relu2": 2}[model.mlp]  # fused SwiGLU keeps gate, up and product
+    mlp = ACT_BYTES * tokens * f * mlp_values
+    split = qkv + attn_internal + proj_in + mlp
+    return (replicated / (t if layout.sequence_parallel else 1)) + split / t
+
+
+def inflight_chunks(layout: Layout, stage: int) -> tuple[int, float]:
+    """(micro-batch chunks whose activations a stage holds at peak, fraction of the stage's layers per chunk).
+
+    Megatron's 1F1B warm-up: stage i holds min(p - i, m) micro-batches; the interleaved schedule holds
+    (p - i - 1) * 2 + (v - 1) * p + 1 chunks of 1/v of the stage (Korthikanti et al.: L(1 + (p-1)/(pv)) on
+    the first stage).
+    """
+    p, v, m = layout.pp, layout.vp, layout.grad_accum
+    if v == 1:
+        return min(p - stage, m), 1.0
+    return min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v), 1.0 / v
+
+
+def _candidate_fullest_stages(counts: list[int]) -> list[int]:
+    """Stages that can be the fullest: the first, the last, and the first middle stage holding the most layers
+    (in-flight micro-batches fall with the stage index, so a later middle stage with as many layers holds less)."""
+    if len(counts) <= 2:
+        return list(range(len(counts)))
+    middle = max(range(1, len(counts) - 1), key=lambda i: (counts[i], -i))
+    return [0, middle, len(counts) - 1]
+
+
+def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams) -> MemoryBreakdown:
+    """Memory on the fullest pipeline stage, per GPU."""
+    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    per_layer = activation_bytes_per_layer(model, job, layout)
+    shard_group = layout.dp * layout.cp
+    tokens = job.seq_len * layout.micro_batch / layout.cp
+    sp_div = layout.tp if layout.sequence_parallel else 1
+    best: MemoryBreakdown | None = None
+    for stage in _candidate_fullest_stages(counts):
+        layers = counts[stage]
+        p_gpu = stage_params(model, layout, stage, layers)
+        weights, grads, optim = state_bytes_per_gpu(p_gpu, job, layout.sharding, shard_group)
+        chunks, frac = inflight_chunks(layout, stage)
+        acts = per_layer * layers * frac * chunks
+        if stage == 0:
+            acts += chunks * ACT_BYTES * tokens * model.hidden / sp_div  # embedding output
+        if stage == layout.pp - 1:
+            # logits of one micro-batch kept for the loss's backward, vocab-parallel
+            acts += params.logits_bytes_per_element * tokens * model.vocab / layout.tp
+        buffers = 0.0
+        if layout.sharding == Sharding.fsdp and shard_group > 1:
+            # unsharded weights of the prefetched layers and their gradients before reduce-scatter
+            buffers = 2 * params.fsdp_prefetch_layers * model.layer_params / layout.tp * job.weight_bytes_per_param
+        row = MemoryBreakdown(
+            stage=stage,
+            layers_on_stage=layers,
+            params_on_gpu=p_gpu,
+            weights_bytes=weights,
+            gradients_bytes=grads,
+            optimizer_bytes=optim,
+            activations_bytes=acts,
+            buffers_bytes=buffers,
+            reserve_bytes=params.runtime_reserve_bytes,
+        )
+        if best is None or row.total_bytes > best.total_bytes:
+            best = row
+    assert best is not None
+    return best
+
+
+def usable_memory_bytes(capacity_bytes: float, job: JobSpec) -> float:
+    """GPU memory a layout may fill: capacity less the job's headroom fraction."""
+    return capacity_bytes * (1.0 - job.memory_headroom)

@@ -1,0 +1,233 @@
+"""Step time: compute on the slowest pipeline stage, exposed TP/CP/PP/DP communication, bubble, optimizer.
+
+Per micro-batch and layer, on one GPU: the layer's GEMMs (a roofline per GEMM: FLOPs at the GEMM
+efficiency of the precision's peak, with tile padding, or bytes at HBM bandwidth, whichever is slower,
+plus a launch cost), the attention core (FLOPs at the attention kernel's efficiency), and memory-bound
+elementwise work. Backward is twice the GEMMs and `attention_backward_ratio` times the attention;
+recomputation repeats the forward (full) or the attention core (selective). The pipeline runs
+(m + (p - 1)/v) slots of the slowest stage (1F1B / interleaved 1F1B).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from optlayout.cost import comm
+from optlayout.cost.memory import stage_layer_counts
+from optlayout.cost.params import CostParams
+from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds per optimizer step, split by where the time goes."""
+
+    compute_s: float  # GEMMs, attention and elementwise work of all micro-batches on the slowest stage
+    tp_comm_s: float  # exposed tensor-parallel collectives
+    cp_comm_s: float  # exposed context-parallel exchange
+    pp_comm_s: float  # exposed pipeline send/receive
+    bubble_s: float  # pipeline fill and drain
+    dp_comm_s: float  # exposed gradient reduction / FSDP gathers
+    optimizer_s: float
+    overhead_s: float
+
+    @property
+    def step_time_s(self) -> float:
+        return (
+            self.compute_s
+            + self.tp_comm_s
+            + self.cp_comm_s
+            + self.pp_comm_s
+            + self.bubble_s
+            + self.dp_comm_s
+            + self.optimizer_s
+            + self.overhead_s
+        )
+
+
+def _padded(dim: float, tile: int) -> float:
+    return math.ceil(dim / tile) * tile
+
+
+def gemm_s(m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, params: CostParams) -> float:
+    """Roofline time of one (m x k) @ (k x n) GEMM in 16-bit operands."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    tile = params.gemm_tile
+    flops = 2.0 * _padded(m, tile) * _padded(n, tile) * _padded(k, tile)
+    bytes_moved = 2.0 * (m * k + k * n + m * n)
+    hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
+    return max(flops / flops_per_s, bytes_moved / hbm) + params.kernel_overhead_s
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """One transformer layer, one micro-batch, one GPU (seconds)."""
+
+    gemm_fwd_s: float
+    attention_fwd_s: float
+    elementwise_fwd_s: float
+    tp_comm_fwd_s: float  # collectives of one forward, before overlap
+    cp_comm_fwd_s: float
+
+    def forward_compute_s(self) -> float:
+        return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s
+
+
+def layer_times(
+    model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, links: comm.GroupLinks, params: CostParams
+) -> LayerTimes:
+    """Forward-pass pieces of one layer; the backward and recompute are derived from them."""
+    t = layout.tp
+    tokens = job.seq_len * layout.micro_batch / layout.cp
+    h, dq, dkv, f = model.hidden, model.q_width, model.kv_width, model.ffn
+    gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
+    gemms = (
+        gemm_s(tokens, (dq + 2 * dkv) / t, h, gemm_rate, gpu, params)
+        + gemm_s(tokens, h, dq / t, gemm_rate, gpu, params)
+        + gemm_s(tokens, (model.mlp_matrices - 1) * f / t, h, gemm_rate, gpu, params)
+        + gemm_s(tokens, h, f / t, gemm_rate, gpu, params)
+    )
+    causal = 0.5 if job.causal else 1.0
+    attn_flops = 4.0 * tokens * job.seq_len * dq / t * causal  # each CP rank's queries see the whole sequence
+    hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
+    bf16_peak = gpu.peak_flops_for("bf16") if "bf16" in gpu.peak_flops else gpu.peak_flops_for(job.precision)
+    if job.attention_kernel == "flash":
+        attention = attn_flops / (bf16_peak * params.attention_efficiency) + params.kernel_overhead_s
+    else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
+        scores = model.heads / t * tokens * job.seq_len * causal
+        attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
+    sp_div = t if layout.sequence_parallel else 1
+    dropout_bytes = 6.0 if job.dropout else 0.0  # two masks written and read, and the dropped values
+    elementwise_bytes = (
+        tokens * h / sp_div * (params.elementwise_bytes_per_token_hidden + dropout_bytes)
+        + tokens * f / t * params.elementwise_bytes_per_token_ffn
+    )
+    elementwise = elementwise_bytes / hbm + 8 * params.kernel_overhead_s
+    # TP: 2 all-reduces per forward (or 2 all-gathers + 2 reduce-scatters with SP: same volume).
+    activation = 2.0 * tokens * h
+    tp_comm = 2 * comm.all_reduce_s(activation, links.tp, params.collective_efficiency)
+    # CP ring attention: each of cp-1 steps passes this rank's K and V chunk to its neighbour.
+    kv_chunk = 2.0 * 2.0 * tokens * dkv / t
+    cp_comm = (layout.cp - 1) * comm.p2p_s(kv_chunk, links.cp, params.collective_efficiency)
+    return LayerTimes(gemms, attention, elementwise, tp_comm, cp_comm)
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Per micro-batch on one stage (seconds): forward and backward, with exposed TP and CP time apart."""
+
+    compute_fwd_s: float
+    compute_bwd_s: float
+    tp_exposed_s: float
+    cp_exposed_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_fwd_s + self.compute_bwd_s + self.tp_exposed_s + self.cp_exposed_s
+
+
+def stage_times(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    params: CostParams,
+    lt: LayerTimes,
+    layers: int,
+    first: bool,
+    last: bool,
+) -> StageTimes:
+    """One micro-batch through one stage: its layers, plus the output layer and loss on the last."""
+    fwd = lt.forward_compute_s()
+    bwd = 2 * lt.gemm_fwd_s + params.attention_backward_ratio * lt.attention_fwd_s
+    bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
+    tp_passes = 2.0  # forward and backward
+    if layout.recompute == Recompute.full:
+        bwd += fwd
+        tp_passes += 1
+    elif layout.recompute == Recompute.selective:
+        bwd += lt.attention_fwd_s
+    tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * tp_passes
+    # Ring attention hides the K/V exchange under the attention of the chunk already received.
+    cp = max(0.0, lt.cp_comm_fwd_s - lt.attention_fwd_s) + max(
+        0.0, 2 * lt.cp_comm_fwd_s - params.attention_backward_ratio * lt.attention_fwd_s
+    )
+    out_fwd = out_bwd = 0.0
+    if last:
+        tokens = job.seq_len * layout.micro_batch / layout.cp
+        gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
+        logits = gemm_s(tokens, model.vocab / layout.tp, model.hidden, gemm_rate, gpu, params)
+        loss = tokens * model.vocab / layout.tp * params.loss_bytes_per_logit / (
+            gpu.hbm_bandwidth_Bps * params.hbm_efficiency
+        )
+        out_fwd, out_bwd = logits + loss / 2, 2 * logits + loss / 2
+    return StageTimes(
+        compute_fwd_s=layers * fwd + out_fwd,
+        compute_bwd_s=layers * bwd + out_bwd,
+        tp_exposed_s=layers * tp,
+        cp_exposed_s=layers * cp,
+    )
+
+
+def step_time(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    params_on_gpu: float,
+) -> TimeBreakdown:
+    """Compose one optimizer step on the slowest stage."""
+    lt = layer_times(model, job, layout, gpu, links, params)
+    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    kinds = {(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)}  # stages alike cost alike
+    stages = [stage_times(model, job, layout, gpu, params, lt, *kind) for kind in sorted(kinds)]
+    slowest = max(stages, key=lambda st: st.total_s)
+    m, p, v = layout.grad_accum, layout.pp, layout.vp
+    slots = m + (p - 1) / v
+    eff = params.collective_efficiency
+
+    # Pipeline: one activation (sequence-sharded with SP) forward and one gradient backward per chunk boundary.
+    pp_comm = 0.0
+    if p > 1:
+        tokens = job.seq_len * layout.micro_batch / layout.cp
+        msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
+        pp_comm = slots * 2 * v * comm.p2p_s(msg, links.pp, eff) * (1 - params.pp_comm_overlap)
+
+    # Data parallel over dp x cp.
+    d = links.dp_cp
+    grads_bytes = params_on_gpu * job.grad_bytes_per_param
+    weights_bytes = params_on_gpu * job.weight_bytes_per_param
+    overlap = params.dp_comm_overlap
+    if layout.sharding == Sharding.fsdp:
+        per_mb = 2 * comm.all_gather_s(weights_bytes, d, eff) + comm.reduce_scatter_s(grads_bytes, d, eff)
+        hidden = overlap * (slowest.compute_fwd_s + slowest.compute_bwd_s)
+        dp_comm = m * max(0.0, per_mb - hidden)
+    elif layout.sharding == Sharding.zero2:
+        per_mb = comm.reduce_scatter_s(grads_bytes, d, eff)
+        dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, comm.all_gather_s(weights_bytes, d, eff) - overlap * slowest.compute_fwd_s)
+    elif layout.sharding == Sharding.zero1:
+        dp_comm = max(0.0, comm.reduce_scatter_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, comm.all_gather_s(weights_bytes, d, eff) - overlap * slowest.compute_fwd_s)
+    else:
+        dp_comm = max(0.0, comm.all_reduce_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
+
+    local_params = params_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
+    optimizer = local_params * params.optimizer_bytes_moved_per_param / (
+        gpu.hbm_bandwidth_Bps * params.hbm_efficiency
+    ) + 20 * params.kernel_overhead_s
+    compute = m * (slowest.compute_fwd_s + slowest.compute_bwd_s)
+    return TimeBreakdown(
+        compute_s=compute,
+        tp_comm_s=m * slowest.tp_exposed_s,
+        cp_comm_s=m * slowest.cp_exposed_s,
+        pp_comm_s=pp_comm,
+        bubble_s=(p - 1) / v * slowest.total_s,
+        dp_comm_s=dp_comm,
+        optimizer_s=optimizer,
+        overhead_s=params.step_overhead_s,
+    )

@@ -1,0 +1,259 @@
+"""The inputs of every decision: model shape, GPU, cluster shorthand, job and layout (pydantic v2).
+
+Validation messages name the field; SI units inside (bytes, FLOP/s, bytes/s, seconds).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+MlpKind = Literal["swiglu", "gelu", "relu2"]
+Precision = Literal["bf16", "fp16", "fp8"]
+
+
+class Sharding(str, Enum):
+    """How training state is sharded over the data-parallel group."""
+
+    none = "none"  # plain DDP: every DP rank keeps all of its stage's state
+    zero1 = "zero1"  # optimizer state sharded (Megatron distributed optimizer)
+    zero2 = "zero2"  # + gradients sharded
+    fsdp = "fsdp"  # + weights sharded (ZeRO-3)
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022)."""
+
+    none = "none"
+    selective = "selective"  # attention core recomputed
+    full = "full"  # whole layer recomputed; only its input is kept
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Spec):
+    """A dense decoder-only transformer, by shape. Parameter count is derived, never given."""
+
+    name: str = "custom"
+    layers: PositiveInt
+    hidden: PositiveInt
+    ffn: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt
+    vocab: PositiveInt
+    mlp: MlpKind = "swiglu"
+    tied_embeddings: bool = False
+    head_dim: PositiveInt | None = None
+    bias: bool = Field(False, description="linear layers and layer norms carry biases (GPT-2/3 style)")
+    position_embeddings: int = Field(0, ge=0, description="learned absolute positions (0 = rotary)")
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> ModelSpec:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) unless head_dim is given")
+        return self
+
+    @cached_property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @cached_property
+    def q_width(self) -> int:
+        """Width of the query projection (heads x head size)."""
+        return self.heads * self.head_size
+
+    @cached_property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_size
+
+    @cached_property
+    def mlp_matrices(self) -> int:
+        return 3 if self.mlp == "swiglu" else 2
+
+    @cached_property
+    def attention_params(self) -> int:
+        h = self.hidden
+        weights = h * self.q_width * 2 + h * self.kv_width * 2  # q, o, k, v
+        biases = (self.q_width + 2 * self.kv_width + h) if self.bias else 0
+        return weights + biases
+
+    @cached_property
+    def mlp_params(self) -> int:
+        weights = self.mlp_matrices * self.hidden * self.ffn
+        biases = (self.ffn * (self.mlp_matrices - 1) + self.hidden) if self.bias else 0
+        return weights + biases
+
+    @cached_property
+    def norm_params_per_layer(self) -> int:
+        return 2 * self.hidden * (2 if self.bias else 1)
+
+    @cached_property
+    def layer_params(self) -> int:
+        """Parameters of one transformer block."""
+        return self.attention_params + self.mlp_params + self.norm_params_per_layer
+
+    @cached_property
+    def embedding_params(self) -> int:
+        """Input token (and position) embedding table."""
+        return self.vocab * self.hidden + self.position_embeddings * self.hidden
+
+    @cached_property
+    def output_params(self) -> int:
+        """Output projection (0 when tied to the input embedding) plus the final norm."""
+        final_norm = self.hidden * (2 if self.bias else 1)
+        return (0 if self.tied_embeddings else self.vocab * self.hidden) + final_norm
+
+    @cached_property
+    def params(self) -> int:
+        """Total parameter count."""
+        return self.layers * self.layer_params + self.embedding_params + self.output_params
+
+    @cached_property
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matrix multiply per token (the N of 6N): all but lookups and norms."""
+        blocks = self.layers * (self.attention_params + self.mlp_params)
+        return blocks + self.vocab * self.hidden
+
+
+class GpuSpec(_Spec):
+    """One accelerator. Peak FLOP/s are dense (non-sparse) datasheet figures."""
+
+    name: str
+    memory_bytes: float = Field(gt=0)
+    peak_flops: dict[Precision, float] = Field(description="dense peak FLOP/s per matrix precision")
+    hbm_bandwidth_Bps: float = Field(gt=0)
+    scale_up_bandwidth_Bps: float = Field(ge=0, description="NVLink/Infinity Fabric per GPU, per direction")
+    source: str = ""
+
+    def peak_flops_for(self, precision: str) -> float:
+        if precision not in self.peak_flops or self.peak_flops[precision] <= 0:
+            known = ", ".join(sorted(self.peak_flops))
+            from optlayout.errors import OptlayoutError
+
+            raise OptlayoutError(f"precision: {self.name} has no dense {precision} peak (known: {known})")
+        return self.peak_flops[precision]
+
+
+class ClusterSpec(_Spec):
+    """The shorthand cluster of the run records; expands to the standard topology graph."""
+
+    gpu: str
+    gpus: PositiveInt
+    gpus_per_node: PositiveInt = 8
+    nvlink_domain: PositiveInt | None = None
+    inter_node_gbps_per_gpu: float = Field(400.0, gt=0)
+    oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription ratio")
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        domain = self.nvlink_domain or self.gpus_per_node
+        if self.gpus % self.gpus_per_node and self.gpus > self.gpus_per_node:
+            raise ValueError(f"gpus ({self.gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node})")
+        if domain % self.gpus_per_node and self.gpus_per_node % domain:
+            raise ValueError(f"nvlink_domain ({domain}) must divide or be a multiple of gpus_per_node ({self.gpus_per_node})")
+        return self
+
+    @property
+    def domain_size(self) -> int:
+        return min(self.nvlink_domain or self.gpus_per_node, self.gpus)
+
+
+class JobSpec(_Spec):
+    """What is trained: sequence length, batch and numerics."""
+
+    seq_len: PositiveInt
+    global_batch: PositiveInt | None = Field(None, description="sequences per optimizer step")
+    global_batch_tokens: PositiveInt | None = None
+    min_global_batch: PositiveInt | None = None
+    max_global_batch: PositiveInt | None = None
+    precision: Precision = "bf16"
+    optimizer_bytes_per_param: float = Field(
+        12.0, ge=0, description="fp32 master weights, momentum, variance (mixed-precision Adam)"
+    )
+    weight_bytes_per_param: float = Field(2.0, gt=0, description="bf16 working weights")
+    grad_bytes_per_param: float = Field(2.0, gt=0, description="bf16 gradients")
+    memory_headroom: float = Field(0.05, ge=0, lt=1, description="fraction of GPU memory kept free")
+    causal: bool = True
+    dropout: bool = Field(False, description="dropout layers active (they store 1-byte masks for backward)")
+    attention_kernel: Literal["flash", "naive"] = Field(
+        "flash", description="flash: IO-aware attention (no s^2 activations); naive: softmax materialized"
+    )
+
+    @model_validator(mode="after")
+    def _check_batch(self) -> JobSpec:
+        if self.global_batch is not None and self.global_batch_tokens is not None:
+            raise ValueError("give global_batch or global_batch_tokens, not both")
+        if self.global_batch_tokens is not None and self.global_batch_tokens % self.seq_len:
+            raise ValueError(
+                f"global_batch_tokens ({self.global_batch_tokens}) is not a multiple of seq_len ({self.seq_len})"
+            )
+        lo, hi = self.min_global_batch, self.max_global_batch
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min_global_batch ({lo}) exceeds max_global_batch ({hi})")
+        return self
+
+    @property
+    def state_bytes_per_param(self) -> float:
+        """Weights + gradients + optimizer state: 16 for mixed-precision Adam."""
+        return self.weight_bytes_per_param + self.grad_bytes_per_param + self.optimizer_bytes_per_param
+
+    @property
+    def sequences_per_step(self) -> int | None:
+        if self.global_batch is not None:
+            return self.global_batch
+        if self.global_batch_tokens is not None:
+            return self.global_batch_tokens // self.seq_len
+        return None
+
+
+class Layout(_Spec):
+    """How one training job is laid out over the GPUs."""
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    vp: PositiveInt = 1
+    cp: PositiveInt = 1
+    dp: PositiveInt = 1
+    micro_batch: PositiveInt = 1
+    grad_accum: PositiveInt = 1
+    sharding: Sharding = Sharding.none
+    recompute: Recompute = Recompute.none
+    sequence_parallel: bool = False
+    first_stage_layers: int | None = Field(None, ge=1, description="layers on the first pipeline stage (uneven split)")
+    last_stage_layers: int | None = Field(None, ge=1, description="layers on the last pipeline stage (uneven split)")
+
+    @model_validator(mode="after")
+    def _check(self) -> Layout:
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1")
+        if self.vp > 1 and self.pp == 1:
+            raise ValueError("vp > 1 needs pp > 1")
+        if self.pp == 1 and (self.first_stage_layers or self.last_stage_layers):
+            raise ValueError("first_stage_layers/last_stage_layers need pp > 1")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.grad_accum * self.dp
+
+    def short(self) -> str:
+        """Compact one-line form, also accepted by `parse_layout`."""
+        parts = [f"tp={self.tp}", f"pp={self.pp}"]
+        if self.vp > 1:
+            parts.append(f"vp={self.vp}")
+        parts += [f"cp={self.cp}", f"dp={self.dp}", f"mb={self.micro_batch}", f"ga={self.grad_accum}"]
+        parts += [f"sharding={self.sharding.value}", f"recompute={self.recompute.value}"]
+        if self.sequence_parallel:
+            parts.append("sp")
+        return ",".join(parts)

@@ -1,0 +1,22 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real console entry point (`python -m optlayout.cli`) as a user would."""
+    return subprocess.run([sys.executable, "-m", "optlayout.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

@@ -1,0 +1,97 @@
+"""Memory model against the hand figures of DESIGN.md and Korthikanti et al. 2022's formulas."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optlayout.cost import DEFAULT_PARAMS
+from optlayout.cost.memory import activation_bytes_per_layer, memory_per_gpu, split_layers, stage_layer_counts
+from optlayout.specs import JobSpec, Layout, ModelSpec
+
+# A GPT-style block as in the paper: MHA, 4h GeLU MLP, dropout, softmax materialized.
+S, B, H, A = 2048, 4, 6144, 48
+GPT = ModelSpec(layers=8, hidden=H, ffn=4 * H, heads=A, kv_heads=A, vocab=51200, mlp="gelu")
+PAPER_JOB = JobSpec(seq_len=S, global_batch=B, dropout=True, attention_kernel="naive")
+
+
+def act(tp: int = 1, sp: bool = False, recompute: str = "none") -> float:
+    layout = Layout(tp=tp, micro_batch=B, sequence_parallel=sp, recompute=recompute)
+    return activation_bytes_per_layer(GPT, PAPER_JOB, layout)
+
+
+def test_korthikanti_no_parallelism() -> None:
+    # Eq. (1): sbh(34 + 5as/h)
+    assert act() == pytest.approx(S * B * H * (34 + 5 * A * S / H))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_korthikanti_tensor_parallel(t: int) -> None:
+    # Eq. (2): sbh(10 + 24/t + 5as/(ht))
+    assert act(tp=t) == pytest.approx(S * B * H * (10 + 24 / t + 5 * A * S / (H * t)))
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_korthikanti_sequence_parallel(t: int) -> None:
+    # Eq. (4): sbh/t (34 + 5as/h)
+    assert act(tp=t, sp=True) == pytest.approx(S * B * H / t * (34 + 5 * A * S / H))
+
+
+def test_korthikanti_selective_recompute() -> None:
+    # Eq. (6): 34 sbh/t with TP + SP + selective recomputation
+    assert act(tp=8, sp=True, recompute="selective") == pytest.approx(34 * S * B * H / 8)
+
+
+def test_full_recompute_keeps_layer_input() -> None:
+    # Table 2: full recomputation keeps 2sbh per layer
+    assert act(recompute="full") == pytest.approx(2 * S * B * H)
+
+
+def test_design_worked_example_state() -> None:
+    # 70B x 16 B = 1120 GB; TP8 x PP4 -> 35 GB/GPU; ZeRO-1 over dp 8 -> 8.75 + 3.28 = 12.03 GB
+    from optlayout.cost.memory import state_bytes_per_gpu
+    from optlayout.specs import Sharding
+
+    job = JobSpec(seq_len=4096, global_batch=8)
+    per_gpu = 70e9 / 32
+    assert sum(state_bytes_per_gpu(per_gpu, job, Sharding.none, 8)) == pytest.approx(35e9)
+    assert sum(state_bytes_per_gpu(per_gpu, job, Sharding.zero1, 8)) == pytest.approx(12.03e9, rel=1e-3)
+    assert sum(state_bytes_per_gpu(per_gpu, job, Sharding.fsdp, 8)) == pytest.approx(35e9 / 8)
+
+
+def test_llama3_405b_stage_split() -> None:
+    # Llama 3: 126 layers on 16 stages, first and last one layer short (embedding / output count as layers)
+    assert split_layers(126, 16) == (7, 7)
+    assert stage_layer_counts(126, 16, 7, 7) == [7] + [8] * 14 + [7]
+    assert stage_layer_counts(80, 4) == [20] * 4
+
+
+def test_pipeline_inflight_microbatches_1f1b_and_interleaved() -> None:
+    # 1F1B: the first stage holds p micro-batches of its L/p layers = L layers' worth (Korthikanti 4.2.3);
+    # interleaved: L (1 + (p-1)/(p v)).
+    model = ModelSpec(layers=32, hidden=1024, ffn=4096, heads=16, kv_heads=16, vocab=32000, mlp="gelu")
+    job = JobSpec(seq_len=1024, global_batch=64)
+    per_layer = activation_bytes_per_layer(model, job, Layout(pp=4, dp=1, grad_accum=64))
+    p, v = 4, 2
+    for vp, expect_layers in ((1, 32), (v, 32 * (1 + (p - 1) / (p * v)))):
+        mem = memory_per_gpu(model, job, Layout(pp=p, vp=vp, grad_accum=64), DEFAULT_PARAMS)
+        assert mem.stage == 0
+        chunks = p if vp == 1 else (p - 1) * 2 + (v - 1) * p + 1  # Megatron's warm-up on the first stage
+        embedding_out = 2 * 1024 * 1024 * chunks  # 2 B x 1024 tokens x hidden 1024 per chunk in flight
+        assert mem.activations_bytes - embedding_out == pytest.approx(per_layer * expect_layers)
+
+
+def test_calibration_layouts_state_is_what_was_run(shared_runs) -> None:
+    # Every published layout in the calibration set multiplies to its GPU count.
+    for run in shared_runs:
+        lay = run["layout"]
+        assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == run["cluster"]["gpus"], run["id"]
+
+
+@pytest.fixture
+def shared_runs():
+    from tests.conftest import SHARED
+
+    path = SHARED / "data" / "calibration_runs.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,101 @@
+"""Specs and presets: parameter counts derived from shapes against published figures; validation names fields."""
+
+from __future__ import annotations
+
+import json
+
+import pydantic
+import pytest
+
+from optlayout.errors import OptlayoutError
+from optlayout.presets import gpu_names, gpu_preset, model_from_hf_config, model_names, model_preset, published_params
+from optlayout.specs import JobSpec, Layout, ModelSpec
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_preset_param_counts_within_half_percent_of_published(name: str) -> None:
+    published, rounded = published_params(name)
+    if published is None or rounded:
+        pytest.skip(f"{name}: no exact published count (label rounded or absent); checked by formula tests")
+    assert model_preset(name).params == pytest.approx(published, rel=0.005)
+
+
+def test_llama31_counts_match_meta() -> None:
+    # Meta's published sizes: 8.03B, 70.6B, 405.9B (llama-models sku_list.py)
+    assert model_preset("llama3.1-8b").params / 1e9 == pytest.approx(8.03, abs=0.005)
+    assert model_preset("llama3.1-70b").params / 1e9 == pytest.approx(70.6, rel=0.002)
+    assert model_preset("llama3.1-405b").params / 1e9 == pytest.approx(405.9, rel=0.002)
+
+
+@pytest.mark.parametrize("name", [n for n in model_names() if n.startswith("megatron-gpt")])
+def test_megatron_series_follow_narayanan_formula(name: str) -> None:
+    # Narayanan et al. 2021 eq.: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), V = 51200, s = 2048
+    m = model_preset(name)
+    l, h = m.layers, m.hidden
+    formula = 12 * l * h * h * (1 + 13 / (12 * h) + (51200 + 2048) / (12 * l * h))
+    assert m.params == pytest.approx(formula, rel=1e-4)
+
+
+def test_gpu_presets_have_sources_and_dense_peaks() -> None:
+    assert set(gpu_names()) >= {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "gb200", "gb300", "mi300x"}
+    h100 = gpu_preset("h100-sxm")
+    assert h100.peak_flops["bf16"] == pytest.approx(989.4e12)
+    assert h100.peak_flops["fp8"] == pytest.approx(2 * 989.4e12, rel=1e-3)
+    assert h100.memory_bytes == 80 * 2**30
+    for name in gpu_names():
+        assert gpu_preset(name).source
+
+
+def test_unknown_gpu_lists_valid_names() -> None:
+    with pytest.raises(OptlayoutError, match="h100-sxm"):
+        gpu_preset("h1000")
+
+
+def test_unknown_model_lists_valid_names() -> None:
+    with pytest.raises(OptlayoutError, match="llama3.1-70b"):
+        model_preset("llama-9")
+
+
+def test_heads_not_divisible_by_kv_heads_names_fields() -> None:
+    with pytest.raises(pydantic.ValidationError, match="kv_heads"):
+        ModelSpec(layers=2, hidden=64, ffn=256, heads=6, kv_heads=4, vocab=100)
+
+
+def test_zero_or_negative_sizes_rejected() -> None:
+    with pytest.raises(pydantic.ValidationError, match="layers"):
+        ModelSpec(layers=0, hidden=64, ffn=256, heads=4, kv_heads=4, vocab=100)
+    with pytest.raises(pydantic.ValidationError, match="seq_len"):
+        JobSpec(seq_len=-1, global_batch=8)
+
+
+def test_layout_rules() -> None:
+    with pytest.raises(pydantic.ValidationError, match="sequence_parallel"):
+        Layout(tp=1, sequence_parallel=True)
+    lay = Layout(tp=8, pp=4, dp=8, micro_batch=2, grad_accum=16)
+    assert lay.gpus == 256 and lay.global_batch == 256
+
+
+def test_hf_config_v4_and_v5_spellings(tmp_path) -> None:
+    v4 = {
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256, "hidden_act": "silu", "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "rope_theta": 500000.0,
+    }  # fmt: skip
+    v5 = {k: v for k, v in v4.items() if k not in ("torch_dtype", "rope_theta")}
+    v5 |= {"dtype": "bfloat16", "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3"}}
+    nested = {"model_type": "llava", "text_config": v5}
+    for cfg in (v4, v5, nested):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        m = model_from_hf_config(path)
+        assert m.params == model_preset("llama3.1-8b").params
+
+
+def test_hf_config_errors_name_the_field(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 64}))
+    with pytest.raises(OptlayoutError, match="missing field 'num_attention_heads'"):
+        model_from_hf_config(path)
+    path.write_text("{not json")
+    with pytest.raises(OptlayoutError, match="not valid JSON"):
+        model_from_hf_config(path)
