@@ -5,7 +5,7 @@ Validation messages name the field; SI units inside (bytes, FLOP/s, bytes/s, sec
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 from typing import Literal
 
@@ -15,7 +15,7 @@ MlpKind = Literal["swiglu", "gelu", "relu2"]
 Precision = Literal["bf16", "fp16", "fp8"]
 
 
-class Sharding(str, Enum):
+class Sharding(StrEnum):
     """How training state is sharded over the data-parallel group."""
 
     none = "none"  # plain DDP: every DP rank keeps all of its stage's state
@@ -24,7 +24,7 @@ class Sharding(str, Enum):
     fsdp = "fsdp"  # + weights sharded (ZeRO-3)
 
 
-class Recompute(str, Enum):
+class Recompute(StrEnum):
     """Activation recomputation (Korthikanti et al. 2022)."""
 
     none = "none"
@@ -57,7 +57,9 @@ class ModelSpec(_Spec):
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim is None and self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) unless head_dim is given")
+            raise ValueError(
+                f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) unless head_dim is given"
+            )
         return self
 
     @cached_property
@@ -157,7 +159,9 @@ class ClusterSpec(_Spec):
         if self.gpus % self.gpus_per_node and self.gpus > self.gpus_per_node:
             raise ValueError(f"gpus ({self.gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node})")
         if domain % self.gpus_per_node and self.gpus_per_node % domain:
-            raise ValueError(f"nvlink_domain ({domain}) must divide or be a multiple of gpus_per_node ({self.gpus_per_node})")
+            raise ValueError(
+                f"nvlink_domain ({domain}) must divide or be a multiple of gpus_per_node ({self.gpus_per_node})"
+            )
         return self
 
     @property

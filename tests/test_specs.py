@@ -31,8 +31,8 @@ def test_llama31_counts_match_meta() -> None:
 def test_megatron_series_follow_narayanan_formula(name: str) -> None:
     # Narayanan et al. 2021 eq.: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), V = 51200, s = 2048
     m = model_preset(name)
-    l, h = m.layers, m.hidden
-    formula = 12 * l * h * h * (1 + 13 / (12 * h) + (51200 + 2048) / (12 * l * h))
+    n_layers, h = m.layers, m.hidden
+    formula = 12 * n_layers * h * h * (1 + 13 / (12 * h) + (51200 + 2048) / (12 * n_layers * h))
     assert m.params == pytest.approx(formula, rel=1e-4)
 
 
@@ -52,7 +52,7 @@ def test_unknown_gpu_lists_valid_names() -> None:
 
 
 def test_unknown_model_lists_valid_names() -> None:
-    with pytest.raises(OptlayoutError, match="llama3.1-70b"):
+    with pytest.raises(OptlayoutError, match=r"llama3\.1-70b"):
         model_preset("llama-9")
 
 

@@ -113,7 +113,14 @@ def memory_command(
         capacity = gpu_memory_gb * 1e9
     elif gpu is not None:
         capacity = gpu_preset(gpu).memory_bytes
-    out: dict[str, object] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "gpus": tp * pp * cp * dp, "sharding": shard.value}
+    out: dict[str, object] = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp": dp,
+        "gpus": tp * pp * cp * dp,
+        "sharding": shard.value,
+    }
     if params is not None:
         if model or model_config:
             raise OptlayoutError("params: give --params or a model, not both")
@@ -232,4 +239,3 @@ def print_prediction(title: str, pred: object) -> None:
             m[0].removesuffix("_bytes"), "" if m[1] is None else f"{m[1] / 1e9:.2f}",
         )  # fmt: skip
     common.console.print(table)
-

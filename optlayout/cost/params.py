@@ -70,8 +70,12 @@ class CostParams(BaseModel):
         description="bytes moved by the MLP activation per token per FFN unit, forward: read 2, write 1 values of 2 B "
         "(SwiGLU gate/up -> out; GeLU reads its input and writes its output, 4 B, rounded up alike).",
     )
-    backward_elementwise_ratio: float = Field(2.0, gt=0, description="backward elementwise bytes / forward (reads "
-                                              "the saved input and the incoming gradient, writes one gradient)")
+    backward_elementwise_ratio: float = Field(
+        2.0,
+        gt=0,
+        description="backward elementwise bytes / forward (reads "
+        "the saved input and the incoming gradient, writes one gradient)",
+    )
     attention_backward_ratio: float = Field(
         2.5, gt=0, description="FLOPs of the attention backward / forward for IO-aware kernels (Dao 2023: 2.5x)"
     )

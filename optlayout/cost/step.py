@@ -159,8 +159,12 @@ def stage_times(
         tokens = job.seq_len * layout.micro_batch / layout.cp
         gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
         logits = gemm_s(tokens, model.vocab / layout.tp, model.hidden, gemm_rate, gpu, params)
-        loss = tokens * model.vocab / layout.tp * params.loss_bytes_per_logit / (
-            gpu.hbm_bandwidth_Bps * params.hbm_efficiency
+        loss = (
+            tokens
+            * model.vocab
+            / layout.tp
+            * params.loss_bytes_per_logit
+            / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
         )
         out_fwd, out_bwd = logits + loss / 2, 2 * logits + loss / 2
     return StageTimes(
@@ -217,9 +221,10 @@ def step_time(
         dp_comm = max(0.0, comm.all_reduce_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
 
     local_params = params_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
-    optimizer = local_params * params.optimizer_bytes_moved_per_param / (
-        gpu.hbm_bandwidth_Bps * params.hbm_efficiency
-    ) + 20 * params.kernel_overhead_s
+    optimizer = (
+        local_params * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
+        + 20 * params.kernel_overhead_s
+    )
     compute = m * (slowest.compute_fwd_s + slowest.compute_bwd_s)
     return TimeBreakdown(
         compute_s=compute,

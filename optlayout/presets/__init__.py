@@ -71,8 +71,16 @@ def published_params(name: str) -> tuple[float | None, bool]:
     return (float(value) if value is not None else None), bool(row.get("published_label_rounded", False))
 
 
-_HF_MLP = {"silu": "swiglu", "swiglu": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
-           "relu2": "relu2", "squared-relu": "relu2", "relu": "gelu"}
+_HF_MLP = {
+    "silu": "swiglu",
+    "swiglu": "swiglu",
+    "gelu": "gelu",
+    "gelu_new": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "relu2": "relu2",
+    "squared-relu": "relu2",
+    "relu": "gelu",
+}
 
 
 def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None = None) -> ModelSpec:

@@ -1,0 +1,67 @@
+"""`optlayout emit`: launcher flags or configs for a layout (Megatron, torchtitan, DeepSpeed, Accelerate, mesh)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import pydantic
+import typer
+
+from optlayout.emit import DEFAULT_ORDER, FORMATS, emit
+from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.layout_text import parse_layout
+from optlayout.presets import model_from_hf_config, model_preset
+from optlayout.specs import JobSpec, ModelSpec
+
+
+def load_model(preset: str | None, config: Path | None) -> ModelSpec:
+    """The model from a preset name or a Hugging Face config.json (exactly one of them)."""
+    if (preset is None) == (config is None):
+        raise OptlayoutError("model: give exactly one of --model PRESET or --model-config config.json")
+    return model_preset(preset) if preset is not None else model_from_hf_config(config)
+
+
+def make_job(seq_len: int, global_batch: int | None, precision: str) -> JobSpec:
+    """A JobSpec from the command-line numbers, with pydantic errors turned into one line."""
+    try:
+        return JobSpec(seq_len=seq_len, global_batch=global_batch, precision=precision)
+    except pydantic.ValidationError as exc:
+        raise OptlayoutError(describe_validation_error(exc, "job")) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `emit` command to the app."""
+
+    @app.command("emit")
+    def emit_command(
+        fmt: Annotated[str, typer.Option("--format", "-f", help=f"one of: {', '.join(FORMATS)}")],
+        layout: Annotated[str, typer.Option("--layout", help='e.g. "tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,sp"')],
+        seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length in tokens")],
+        model: Annotated[str | None, typer.Option("--model", help="model preset, e.g. llama3-70b")] = None,
+        model_config: Annotated[Path | None, typer.Option("--model-config", help="Hugging Face config.json")] = None,
+        global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
+        precision: Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8")] = "bf16",
+        gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
+        overrides: Annotated[bool, typer.Option("--overrides", help="torchtitan: --section.key flags")] = False,
+        order: Annotated[str, typer.Option("--order", help="Megatron rank order (megatron, ranks)")] = DEFAULT_ORDER,
+        hostnames: Annotated[str | None, typer.Option("--hostnames", help="comma-separated node names")] = None,
+        output: Annotated[Path | None, typer.Option("--output", "-o", help="write here, not stdout")] = None,
+    ) -> None:
+        """Print launcher flags or a config file for one layout."""
+        hosts = [h.strip() for h in hostnames.split(",") if h.strip()] if hostnames else None
+        text = emit(
+            fmt,
+            load_model(model, model_config),
+            make_job(seq_len, global_batch, precision),
+            parse_layout(layout),
+            gpus_per_node,
+            overrides=overrides,
+            order=order,
+            hostnames=hosts,
+        )
+        if output is None:
+            typer.echo(text, nl=False)
+        else:
+            output.write_text(text)
+            typer.echo(f"wrote {output}", err=True)

@@ -1,0 +1,55 @@
+"""The hand-checkable figures of DESIGN.md through the real CLI, and its bad-input behaviour."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_mfu_7b_at_10k_tokens(cli) -> None:
+    # 6 x 7e9 x 10,000 = 420 TFLOP/s; / 989.4 (H100 SXM dense BF16) = 0.4245
+    out = cli("mfu", "--params", "7e9", "--tokens-per-s", "10000", "--gpu", "h100-sxm", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["mfu"] == pytest.approx(0.424, abs=0.001)
+    assert data["achieved_tflops_per_gpu"] == pytest.approx(420.0)
+
+
+def test_memory_70b_worked_example(cli) -> None:
+    # 70e9 x 16 B = 1120 GB; tp8 x pp4 = 32 GPUs share it: 35 GB/GPU; dp = 256/32 = 8
+    args = ["memory", "--params", "70e9", "--gpus", "256", "--gpus-per-node", "8", "--gpu-memory-gb", "80",
+            "--tp", "8", "--pp", "4", "--json"]  # fmt: skip
+    data = json.loads(cli(*args, "--sharding", "none").stdout)
+    assert data["state_total_gb"] == pytest.approx(1120)
+    assert data["state_per_gpu_gb"] == pytest.approx(35)
+    assert data["dp"] == 8
+    assert data["activations_per_gpu_bytes"] is None and data["fits"] is True
+    # ZeRO-1: 4 B/param unsharded (8.75 GB) + 12 B/param over 8 (3.28 GB) = 12.03 GB
+    zero1 = json.loads(cli(*args, "--sharding", "zero1").stdout)
+    assert zero1["state_per_gpu_gb"] == pytest.approx(12.03, abs=0.01)
+
+
+def test_memory_with_model_shape_adds_activations(cli) -> None:
+    out = cli("memory", "--model", "llama3.1-8b", "--gpus", "8", "--tp", "2", "--seq-len", "4096", "--sp",
+              "--gpu", "h100-sxm", "--json")  # fmt: skip
+    data = json.loads(out.stdout)
+    assert data["activations_per_gpu_bytes"] > 0 and data["dp"] == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["mfu", "--params", "-7e9", "--tokens-per-s", "1"], "params"),
+        (["mfu", "--params", "7e9", "--tokens-per-s", "1", "--gpu", "h1000"], "h100-sxm"),
+        (["memory", "--params", "70e9", "--gpus", "100", "--tp", "8"], "gpus"),
+        (["memory", "--params", "70e9", "--tp", "0"], "tp"),
+        (["memory", "--model", "nope", "--gpus", "8"], "unknown preset"),
+        (["memory", "--params", "70e9", "--sharding", "zero9"], "sharding"),
+    ],
+)
+def test_bad_input_one_line_exit_2(cli, args: list[str], needle: str) -> None:
+    out = cli(*args)
+    assert out.returncode == 2
+    assert needle in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
