@@ -22,16 +22,18 @@ app = typer.Typer(
 )
 
 # Feature modules: each defines `register(app)`.
-from optlayout.cli import accounting, checkpoint, emit, profile, solve  # noqa: E402
+from optlayout.cli import accounting, checkpoint, emit, profile, solve, topology  # noqa: E402
 
-for _module in (accounting, checkpoint, emit, profile, solve):
+for _module in (accounting, checkpoint, emit, profile, solve, topology):
     _module.register(app)
 
 
 def main() -> None:
     """Console-script entry point."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer.Exit(n) comes back as the return value here
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except OptlayoutError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

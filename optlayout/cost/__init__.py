@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel
 
 from optlayout.cost.comm import GroupLinks, LinkSource, group_links
@@ -15,12 +17,14 @@ from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
 __all__ = [
     "DEFAULT_PARAMS",
     "CostParams",
+    "Evaluation",
     "GroupLinks",
     "MemoryBreakdown",
     "Prediction",
     "TimeBreakdown",
     "check_layout",
     "estimate",
+    "evaluate",
     "group_links",
     "layout_problems",
 ]
@@ -81,6 +85,78 @@ def check_layout(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> N
         raise OptlayoutError("layout: " + "; ".join(problems))
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """The cost model's raw answer for one layout; `prediction()` turns it into the reported form."""
+
+    layout: Layout
+    memory: MemoryBreakdown
+    times: TimeBreakdown
+    tokens_per_s_per_gpu: float
+    memory_capacity_bytes: float
+
+    @property
+    def memory_per_gpu_bytes(self) -> float:
+        return self.memory.total_bytes
+
+    @property
+    def bubble_fraction(self) -> float:
+        return (self.layout.pp - 1) / (self.layout.vp * self.layout.grad_accum)
+
+    def prediction(self, model: ModelSpec, job: JobSpec, gpu: GpuSpec) -> Prediction:
+        mem, times, tps = self.memory, self.times, self.tokens_per_s_per_gpu
+        peak = gpu.peak_flops_for(job.precision)
+        return Prediction(
+            step_time_s=times.step_time_s,
+            tokens_per_s_per_gpu=tps,
+            mfu=mfu(tps, model_flops_per_token(model, job.seq_len, job.causal), peak),
+            hfu=mfu(tps, hardware_flops_per_token(model, job.seq_len, self.layout.recompute, job.causal), peak),
+            memory_per_gpu_bytes=mem.total_bytes,
+            memory_capacity_bytes=self.memory_capacity_bytes,
+            fits=mem.total_bytes <= self.memory_capacity_bytes,
+            bubble_fraction=self.bubble_fraction,
+            memory={
+                "weights_bytes": mem.weights_bytes,
+                "gradients_bytes": mem.gradients_bytes,
+                "optimizer_bytes": mem.optimizer_bytes,
+                "activations_bytes": mem.activations_bytes,
+                "buffers_bytes": mem.buffers_bytes,
+                "reserve_bytes": mem.reserve_bytes,
+            },
+            time={
+                "compute_s": times.compute_s,
+                "tp_comm_s": times.tp_comm_s,
+                "cp_comm_s": times.cp_comm_s,
+                "pp_comm_s": times.pp_comm_s,
+                "bubble_s": times.bubble_s,
+                "dp_comm_s": times.dp_comm_s,
+                "optimizer_s": times.optimizer_s,
+                "overhead_s": times.overhead_s,
+            },
+            fullest_stage=mem.stage,
+        )
+
+
+def evaluate(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    topology: LinkSource,
+    params: CostParams = DEFAULT_PARAMS,
+    links: GroupLinks | None = None,
+    memo: dict | None = None,
+) -> Evaluation:
+    """Memory per GPU and step time of `layout` (assumed legal: see `check_layout`)."""
+    links = links or group_links(topology, layout)
+    mem = memory_per_gpu(model, job, layout, params)
+    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    params_on_gpu = max(stage_params(model, layout, i, n) for i, n in enumerate(counts))
+    times = step_time(model, job, layout, gpu, links, params, params_on_gpu, memo)
+    tps = layout.global_batch * job.seq_len / times.step_time_s / layout.gpus
+    return Evaluation(layout, mem, times, tps, usable_memory_bytes(gpu.memory_bytes, job))
+
+
 def estimate(
     model: ModelSpec,
     job: JobSpec,
@@ -91,42 +167,4 @@ def estimate(
     links: GroupLinks | None = None,
 ) -> Prediction:
     """Predict memory per GPU and step time of `layout` (assumed legal: see `check_layout`)."""
-    links = links or group_links(topology, layout)
-    mem = memory_per_gpu(model, job, layout, params)
-    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
-    params_on_gpu = max(stage_params(model, layout, i, n) for i, n in enumerate(counts))
-    times = step_time(model, job, layout, gpu, links, params, params_on_gpu)
-    step_s = times.step_time_s
-    tokens_per_step = layout.global_batch * job.seq_len
-    tps = tokens_per_step / step_s / layout.gpus
-    peak = gpu.peak_flops_for(job.precision)
-    capacity = usable_memory_bytes(gpu.memory_bytes, job)
-    return Prediction(
-        step_time_s=step_s,
-        tokens_per_s_per_gpu=tps,
-        mfu=mfu(tps, model_flops_per_token(model, job.seq_len, job.causal), peak),
-        hfu=mfu(tps, hardware_flops_per_token(model, job.seq_len, layout.recompute, job.causal), peak),
-        memory_per_gpu_bytes=mem.total_bytes,
-        memory_capacity_bytes=capacity,
-        fits=mem.total_bytes <= capacity,
-        bubble_fraction=(layout.pp - 1) / (layout.vp * layout.grad_accum),
-        memory={
-            "weights_bytes": mem.weights_bytes,
-            "gradients_bytes": mem.gradients_bytes,
-            "optimizer_bytes": mem.optimizer_bytes,
-            "activations_bytes": mem.activations_bytes,
-            "buffers_bytes": mem.buffers_bytes,
-            "reserve_bytes": mem.reserve_bytes,
-        },
-        time={
-            "compute_s": times.compute_s,
-            "tp_comm_s": times.tp_comm_s,
-            "cp_comm_s": times.cp_comm_s,
-            "pp_comm_s": times.pp_comm_s,
-            "bubble_s": times.bubble_s,
-            "dp_comm_s": times.dp_comm_s,
-            "optimizer_s": times.optimizer_s,
-            "overhead_s": times.overhead_s,
-        },
-        fullest_stage=mem.stage,
-    )
+    return evaluate(model, job, layout, gpu, topology, params, links).prediction(model, job, gpu)

@@ -1,7 +1,8 @@
 """Memory per GPU: training state, activations (Korthikanti et al. 2022), buffers and a runtime reserve.
 
 Activation bytes follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
-Models", section 4, term by term, generalized to GQA (separate query and key/value widths), SwiGLU and
+Models", section 4, term by term, generalized to GQA (separate query and key/value widths; naive attention
+keeps K and V repeated to every query head, as its matmuls save them), SwiGLU and
 squared-ReLU MLPs, IO-aware attention (no s^2 terms), dropout on or off, and context parallelism (the
 sequence split over `cp`). With dropout, naive attention, MHA and a 4h GeLU MLP it reduces to the paper's
 sbh(34 + 5as/h) per layer; with TP it becomes sbh(10 + 24/t + 5as/(ht)); with TP and sequence
@@ -10,7 +11,7 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from dataclasses import dataclass
 
 from optlayout.cost.params import CostParams
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
@@ -18,7 +19,8 @@ from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 ACT_BYTES = 2  # 16-bit activations
 
 
-class MemoryBreakdown(BaseModel):
+@dataclass(frozen=True)
+class MemoryBreakdown:
     """Bytes per GPU on the fullest pipeline stage."""
 
     stage: int
@@ -131,7 +133,13 @@ def activation_bytes_per_layer(model: ModelSpec, job: JobSpec, layout: Layout) -
     # Kept whole on every TP rank unless sequence parallel: 2 norm inputs, QKV and MLP inputs, dropout masks.
     replicated = ACT_BYTES * tokens * h * 4 + tokens * h * 2 * dropout
     # Split over TP: Q, K, V; attention internals; output-projection input; MLP internals.
-    qkv = ACT_BYTES * tokens * (dq + 2 * dkv)
+    kv_kept = dkv
+    if job.attention_kernel == "naive" and layout.recompute != Recompute.selective:
+        # GQA: the unfused core repeat_interleaves K and V to every query head before its matmuls, which save the
+        # repeated copies (Megatron's DotProductAttention, HF eager attention); selective recompute keeps the
+        # core's unrepeated inputs. A no-op for MHA.
+        kv_kept = dq
+    qkv = ACT_BYTES * tokens * (dq + 2 * kv_kept)
     if job.attention_kernel == "naive":
         # softmax output (2 B), and with dropout its mask (1 B) and output (2 B), per score
         attn_internal = model.heads * tokens * s * (ACT_BYTES + 3 * dropout)

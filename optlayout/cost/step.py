@@ -183,12 +183,31 @@ def step_time(
     links: comm.GroupLinks,
     params: CostParams,
     params_on_gpu: float,
+    memo: dict | None = None,
 ) -> TimeBreakdown:
-    """Compose one optimizer step on the slowest stage."""
-    lt = layer_times(model, job, layout, gpu, links, params)
+    """Compose one optimizer step on the slowest stage.
+
+    `memo` (optional, owned by the caller for one model, job, GPU, topology and params) reuses the layer and
+    stage times that many layouts share: they depend only on (tp, cp, micro_batch, sequence_parallel) and
+    the recomputation and stage shape.
+    """
+    lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel)
+    lt = memo.get(lkey) if memo is not None else None
+    if lt is None:
+        lt = layer_times(model, job, layout, gpu, links, params)
+        if memo is not None:
+            memo[lkey] = lt
     counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
     kinds = {(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)}  # stages alike cost alike
-    stages = [stage_times(model, job, layout, gpu, params, lt, *kind) for kind in sorted(kinds)]
+    stages = []
+    for kind in sorted(kinds):
+        skey = (*lkey, layout.recompute, *kind)
+        st = memo.get(skey) if memo is not None else None
+        if st is None:
+            st = stage_times(model, job, layout, gpu, params, lt, *kind)
+            if memo is not None:
+                memo[skey] = st
+        stages.append(st)
     slowest = max(stages, key=lambda st: st.total_s)
     m, p, v = layout.grad_accum, layout.pp, layout.vp
     slots = m + (p - 1) / v

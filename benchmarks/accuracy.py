@@ -1,0 +1,118 @@
+"""Prediction error of tokens/s/GPU on the published runs, per source, GPU and precision.
+
+Reproduce:  python benchmarks/accuracy.py [RUNS.jsonl] [--calibration profile.yaml] [--write]
+`--write` replaces the accuracy section of benchmarks/RESULTS.md with the tables printed.
+Runs whose layout has unpublished fields are filled by the solver with the published fields pinned
+(`optlayout.runs.predict`); the table counts how many runs needed filling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from optlayout.cost import DEFAULT_PARAMS
+from optlayout.runs.predict import RunPrediction, predict_run
+from optlayout.runs.records import read_runs
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_RUNS = HERE.parent.parent / "shared" / "data" / "calibration_runs.jsonl"
+BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
+
+
+def _short_source(source: str) -> str:
+    for key, label in (("dgxc", "NVIDIA dgxc-benchmarking"), ("NeMo", "NeMo performance tables"),
+                       ("llm-foundry", "MosaicML llm-foundry")):  # fmt: skip
+        if key in source:
+            return label
+    return source[:40]
+
+
+def _table(title: str, groups: dict[str, list[RunPrediction]]) -> list[str]:
+    lines = [f"| {title} | runs | filled | MAPE | median APE | mean signed error |", "|---|---:|---:|---:|---:|---:|"]
+    for key in sorted(groups):
+        preds = groups[key]
+        apes = [p.ape for p in preds]
+        signed = [p.prediction.tokens_per_s_per_gpu / p.record.measured.tokens_per_s_per_gpu - 1 for p in preds]
+        filled = sum(bool(p.filled_fields) for p in preds)
+        lines.append(
+            f"| {key} | {len(preds)} | {filled} | {statistics.mean(apes):.1%} | {statistics.median(apes):.1%} "
+            f"| {statistics.mean(signed):+.1%} |"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS))
+    parser.add_argument("--calibration", default=None)
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args()
+
+    records = read_runs(args.runs)
+    profile = None
+    if args.calibration:
+        from optlayout.runs.calibrate import load_profile
+
+        profile = load_profile(args.calibration)
+    t0 = time.perf_counter()
+    preds: list[RunPrediction] = []
+    for rec in records:
+        params = profile.params_for(rec.cluster.gpu, rec.job.precision) if profile else DEFAULT_PARAMS
+        preds.append(predict_run(rec, params))
+    elapsed = time.perf_counter() - t0
+
+    by_source: dict[str, list[RunPrediction]] = defaultdict(list)
+    by_hw: dict[str, list[RunPrediction]] = defaultdict(list)
+    for p in preds:
+        by_source[_short_source(p.record.source)].append(p)
+        by_hw[f"{p.record.cluster.gpu} {p.record.job.precision}"].append(p)
+    overall = {"all runs": preds}
+    worst = sorted(preds, key=lambda p: -p.ape)[:8]
+    label = "calibrated: " + args.calibration if args.calibration else "uncalibrated (default CostParams)"
+    lines = [
+        f"Cost model {label}, {len(preds)} runs of `{Path(args.runs).name}`, "
+        f"{elapsed:.1f} s on {platform.machine()} {platform.python_version()} ({platform.node() or 'this machine'}).",
+        "Command: `python benchmarks/accuracy.py"
+        + (f" --calibration {args.calibration}" if args.calibration else "")
+        + "`.",
+        "",
+        *_table("overall", overall),
+        "",
+        *_table("source", by_source),
+        "",
+        *_table("GPU, precision", by_hw),
+        "",
+        "Worst runs:",
+        "",
+        "| run | measured tok/s/GPU | predicted | APE | layout used | filled |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for p in worst:
+        lines.append(
+            f"| {p.record.id} | {p.record.measured.tokens_per_s_per_gpu:,.0f} | "
+            f"{p.prediction.tokens_per_s_per_gpu:,.0f} | {p.ape:.0%} | {p.layout.short()} | "
+            f"{', '.join(f'{k}={v}' for k, v in p.filled_fields.items())} |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        results = HERE / "RESULTS.md"
+        body = results.read_text() if results.exists() else "# Benchmark results\n"
+        block = f"{BEGIN}\n{text}\n{END}"
+        if BEGIN in body:
+            head, rest = body.split(BEGIN, 1)
+            body = head + block + rest.split(END, 1)[1]
+        else:
+            body = body.rstrip() + "\n\n## Prediction accuracy on the published runs\n\n" + block + "\n"
+        results.write_text(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

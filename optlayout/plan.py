@@ -1,0 +1,83 @@
+"""The solver's answer as data: a versioned, JSON-serializable Plan for launch tooling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pydantic
+from pydantic import BaseModel, Field
+
+from optlayout.cost import Prediction
+from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
+
+SCHEMA_VERSION = 1
+
+
+class PlannedLayout(BaseModel):
+    """One ranked layout with its full prediction."""
+
+    rank: int
+    layout: Layout
+    prediction: Prediction
+
+
+class Plan(BaseModel):
+    """What `solve` returns: status, timing, the ranked layouts and the inputs that produced them."""
+
+    schema_version: int = SCHEMA_VERSION
+    status: str = Field(description="optimal | feasible (time limit hit) | infeasible")
+    solve_time_s: float
+    build_time_s: float = Field(0.0, description="building the CP-SAT model from the cost tables")
+    table_time_s: float = Field(0.0, description="enumerating the space and evaluating the cost model")
+    legal_layouts: int = Field(0, description="layouts of the legal space looked at")
+    evaluated_layouts: int = Field(0, description="layouts the cost model evaluated (the rest proven over memory)")
+    candidates: int = Field(0, description="the CP-SAT model's Booleans: evaluated layouts that can be in the top K")
+    model: ModelSpec
+    job: JobSpec
+    topology_name: str
+    gpus: int
+    gpus_per_server: int
+    cluster: ClusterSpec | None = None
+    layouts: list[PlannedLayout] = Field(default_factory=list)
+    diagnosis: str | None = None
+
+    @property
+    def best(self) -> PlannedLayout:
+        if not self.layouts:
+            raise OptlayoutError(f"plan has no layout: {self.diagnosis or self.status}")
+        return self.layouts[0]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        """Read a saved plan; an older schema or a hand-edited illegal layout is a one-line error."""
+        try:
+            raw = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise OptlayoutError(f"plan: no such file {str(path)!r}") from None
+        except json.JSONDecodeError as exc:
+            raise OptlayoutError(f"plan: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        version = raw.get("schema_version") if isinstance(raw, dict) else None
+        if version != SCHEMA_VERSION:
+            raise OptlayoutError(
+                f"plan: schema_version {version!r} is not supported (this optlayout reads {SCHEMA_VERSION}); "
+                "re-run `optlayout solve --save` to regenerate it"
+            )
+        try:
+            plan = cls.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            raise OptlayoutError(describe_validation_error(exc, "plan")) from None
+        from optlayout.cost import layout_problems
+
+        for planned in plan.layouts:
+            problems = layout_problems(plan.model, plan.job, planned.layout, plan.gpus)
+            if problems:
+                raise OptlayoutError(f"plan: layout {planned.rank} is illegal: {'; '.join(problems)}")
+        return plan

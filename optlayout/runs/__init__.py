@@ -1,0 +1,1 @@
+"""Measured runs: records, log parsers, prediction of runs, comparison and calibration."""

@@ -1,0 +1,87 @@
+"""Predict a measured run: fill the layout fields it did not publish with the solver, then the cost model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, layout_problems, usable_memory_bytes
+from optlayout.errors import OptlayoutError
+from optlayout.runs.records import RunRecord
+from optlayout.solver.cpsat import Limits, solve_top_k
+from optlayout.solver.space import SpaceOptions, enumerate_layouts
+from optlayout.solver.tables import CostTable
+from optlayout.specs import JobSpec, Layout, Recompute, Sharding
+from optlayout.topology import Topology, topology_from_cluster
+
+
+@dataclass(frozen=True)
+class RunPrediction:
+    """A run's layout as predicted (published fields kept, the rest filled) and the prediction for it."""
+
+    record: RunRecord
+    layout: Layout
+    filled_fields: dict[str, object]
+    prediction: Prediction
+
+    @property
+    def ape(self) -> float:
+        """Absolute percentage error of tokens/s/GPU."""
+        measured = self.record.measured.tokens_per_s_per_gpu
+        return abs(self.prediction.tokens_per_s_per_gpu - measured) / measured
+
+
+def run_job(record: RunRecord) -> JobSpec:
+    return JobSpec(seq_len=record.job.seq_len, global_batch=record.job.global_batch, precision=record.job.precision)
+
+
+def _pins(record: RunRecord) -> dict[str, object]:
+    known = record.layout.known()
+    pins: dict[str, object] = {k: v for k, v in known.items() if k not in ("sharding", "recompute")}
+    if "sharding" in known:
+        pins["sharding"] = Sharding(known["sharding"])
+    if "recompute" in known:
+        pins["recompute"] = Recompute(known["recompute"])
+    return pins
+
+
+def predict_run(
+    record: RunRecord, params: CostParams = DEFAULT_PARAMS, topology: Topology | None = None
+) -> RunPrediction:
+    """Fill unpublished layout fields with the solver's best choice consistent with the published ones.
+
+    The published run did run, so if no completion fits the memory model, the fastest completion is used
+    anyway (the prediction then says `fits: false`, a miss of the memory model, reported as such).
+    """
+    job = run_job(record)
+    topo = topology or topology_from_cluster(record.cluster)
+    table = CostTable(record.model, job, topo.gpu, topo, params)
+    pins = _pins(record)
+    options = SpaceOptions(pins=pins, max_micro_batch=max(16, int(pins.get("micro_batch", 1))), max_vp=32,
+                           max_cp=max(64, int(pins.get("cp", 1))), allow_tp_beyond_domain=True)  # fmt: skip
+    layouts = list(enumerate_layouts(record.model, job, topo.num_gpus, topo.domain_size, options))
+    if not layouts:
+        problems = _explain_illegal(record, job)
+        raise OptlayoutError(f"run {record.id}: no legal layout matches the published fields ({problems})")
+    candidates = [table.candidate(lay) for lay in layouts]
+    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
+    result = solve_top_k(candidates, Limits(capacity))
+    if not result.ranked:
+        result = solve_top_k(candidates, Limits(math.inf))
+    best = result.ranked[0]
+    filled = {k: _plain(getattr(best.layout, k)) for k in record.layout.unknown()}
+    return RunPrediction(record, best.layout, filled, best.prediction)
+
+
+def _plain(value: object) -> object:
+    return value.value if isinstance(value, Sharding | Recompute) else value
+
+
+def _explain_illegal(record: RunRecord, job: JobSpec) -> str:
+    known = record.layout.known()
+    lay = Layout(
+        tp=known.get("tp", 1), pp=known.get("pp", 1), cp=known.get("cp", 1), dp=known.get("dp", 1),
+        micro_batch=known.get("micro_batch", 1),
+        grad_accum=max(1, record.job.global_batch // max(1, known.get("micro_batch", 1) * known.get("dp", 1))),
+    )  # fmt: skip
+    return "; ".join(layout_problems(record.model, job, lay, record.cluster.gpus)) or "outside the searched space"

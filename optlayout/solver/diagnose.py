@@ -1,0 +1,66 @@
+"""Why a request is infeasible, by how much, and what would fix it."""
+
+from __future__ import annotations
+
+import math
+
+from optlayout.solver.space import SpaceOptions, batch_targets, tp_choices
+from optlayout.solver.tables import Candidate
+from optlayout.specs import JobSpec, ModelSpec
+
+_GB = 1e9
+
+
+def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions) -> str:
+    """No layout is legal before memory is even considered: say which rule excludes them."""
+    tps = tp_choices(model, gpus, domain_size, options)
+    if not tps:
+        return (
+            f"no tensor-parallel degree is legal: tp must divide heads ({model.heads}), match kv_heads "
+            f"({model.kv_heads}) and fit the NVLink domain ({domain_size}) and your pins"
+        )
+    lo, hi = batch_targets(job)
+    max_model_parallel = max(tps) * min(options.max_cp, gpus) * min(model.layers, gpus)
+    min_dp = math.ceil(gpus / max_model_parallel)
+    if min_dp > hi:
+        return (
+            f"global batch: at most {hi} sequences per step, but {gpus} GPUs need dp >= {min_dp} "
+            f"(tp <= {max(tps)}, cp <= {options.max_cp}, pp <= {model.layers}); raise the batch to >= {min_dp} "
+            "or use fewer GPUs (--allow-idle)"
+        )
+    return (
+        f"global batch: no combination of tp, cp, pp and dp with micro_batch x grad_accum x dp in [{lo}, {hi}] "
+        f"uses exactly {gpus} GPUs under your pins; widen the batch bounds, relax pins, or allow idle GPUs"
+    )
+
+
+def diagnose_no_fit(candidates: list[Candidate], capacity_bytes: float, gpus: int) -> str:
+    """Every legal layout overflows memory (or a limit): report the closest one and the shortfall."""
+    if not candidates:
+        return "no legal layout"
+    least = min(candidates, key=lambda c: c.evaluation.memory_per_gpu_bytes)
+    mem = least.prediction.memory
+    state = mem["weights_bytes"] + mem["gradients_bytes"] + mem["optimizer_bytes"]
+    need = least.prediction.memory_per_gpu_bytes
+    if need <= capacity_bytes:
+        return (
+            "every layout that fits memory breaks a batch or bubble limit; "
+            f"e.g. {least.layout.short()} fits ({need / _GB:.1f} GB) but was excluded by the limits"
+        )
+    lay = least.layout
+    head = (
+        f"memory: the least any legal layout needs is {need / _GB:.1f} GB per GPU ({lay.short()}: state "
+        f"{state / _GB:.1f} GB, activations {mem['activations_bytes'] / _GB:.1f} GB, reserve "
+        f"{mem['reserve_bytes'] / _GB:.1f} GB); the GPU has {capacity_bytes / _GB:.1f} GB usable"
+    )
+    if state + mem["reserve_bytes"] > capacity_bytes:
+        factor = (state + mem["reserve_bytes"]) / capacity_bytes
+        more = math.ceil(gpus * factor)
+        head += (
+            f". The training state alone is over capacity at the largest legal sharding (tp x pp = "
+            f"{lay.tp * lay.pp}); it needs about {factor:.1f}x the GPUs (>= {more}), GPUs with more memory, or "
+            "fewer optimizer bytes per parameter"
+        )
+    else:
+        head += ". Activations are what overflow: try recompute=full, a smaller micro-batch, or more cp/tp"
+    return head

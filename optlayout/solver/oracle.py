@@ -1,0 +1,36 @@
+"""The exhaustive oracle, for tests and benchmarks: every legal layout, every accumulation, the same cost model.
+
+No CP-SAT, no reductions: evaluate all, drop what does not fit or breaks a limit, sort by the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from optlayout.solver.cpsat import Limits, passes_limits
+from optlayout.solver.space import SpaceOptions, enumerate_layouts
+from optlayout.solver.tables import Candidate, CostTable, layout_identity, rank_key, throughput_scale
+from optlayout.specs import JobSpec, ModelSpec
+
+
+def oracle_ranking(
+    model: ModelSpec,
+    job: JobSpec,
+    gpus: int,
+    domain_size: int,
+    table: CostTable,
+    options: SpaceOptions,
+    limits: Limits,
+) -> list[Candidate]:
+    """All feasible layouts, best first, each distinct layout once (at its best accumulation)."""
+    walk_all = dataclasses.replace(options, all_grad_accum=True)
+    feasible = []
+    for layout in enumerate_layouts(model, job, gpus, domain_size, walk_all):
+        cand = table.candidate(layout)
+        if passes_limits(cand, limits):
+            feasible.append(cand)
+    scale = throughput_scale(feasible)
+    best_per_layout: dict[tuple, Candidate] = {}
+    for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
+        best_per_layout.setdefault(layout_identity(cand.layout), cand)  # each layout at its best accumulation
+    return list(best_per_layout.values())

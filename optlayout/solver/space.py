@@ -1,0 +1,191 @@
+"""The legal layout space: degrees, micro-batch, accumulation, sharding, recomputation, sequence parallelism.
+
+Both the CP-SAT solver and the exhaustive oracle walk this space; the rules live here once. Memory is not
+a rule of the space: it is a constraint of the model (it needs the cost model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from optlayout.cost.memory import split_layers, stage_layer_counts
+from optlayout.errors import OptlayoutError
+from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
+
+PIN_KEYS = ("tp", "pp", "vp", "cp", "dp", "micro_batch", "grad_accum", "sharding", "recompute", "sequence_parallel")
+_ALIASES = {"mb": "micro_batch", "ga": "grad_accum", "sp": "sequence_parallel"}
+
+
+@dataclass(frozen=True)
+class SpaceOptions:
+    """User limits on the space: pins (`tp=8`), maxima (`pp<=16`), exclusions and switches."""
+
+    pins: dict[str, object] = field(default_factory=dict)
+    maxima: dict[str, int] = field(default_factory=dict)
+    exclude: dict[str, frozenset[object]] = field(default_factory=dict)
+    allow_tp_beyond_domain: bool = False
+    allow_idle_gpus: bool = False
+    max_micro_batch: int = 16
+    max_vp: int = 8
+    max_cp: int = 64
+    max_bubble_fraction: float | None = None
+    all_grad_accum: bool = False  # the oracle walks every accumulation; the solver only the largest legal one
+
+
+def normalize_key(key: str) -> str:
+    key = _ALIASES.get(key.strip(), key.strip())
+    if key not in PIN_KEYS:
+        raise OptlayoutError(f"pin: unknown layout field {key!r} (known: {', '.join(PIN_KEYS)})")
+    return key
+
+
+def coerce_value(key: str, value: object) -> object:
+    """Turn a pin value into the field's type with a one-line error naming the field."""
+    try:
+        if key == "sharding":
+            return Sharding(str(value).lower())
+        if key == "recompute":
+            return Recompute(str(value).lower())
+        if key == "sequence_parallel":
+            if isinstance(value, bool):
+                return value
+            text = str(value).lower()
+            if text not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+                raise ValueError
+            return text in ("true", "1", "on", "yes")
+        number = int(str(value))
+        if number < 1:
+            raise ValueError
+        return number
+    except ValueError:
+        raise OptlayoutError(f"pin: {key}={value!r} is not a valid value") from None
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
+    if key in options.pins and options.pins[key] != value:
+        return False
+    if key in options.maxima and isinstance(value, int) and value > options.maxima[key]:
+        return False
+    return value not in options.exclude.get(key, frozenset())
+
+
+def tp_choices(model: ModelSpec, gpus: int, domain_size: int, options: SpaceOptions) -> list[int]:
+    """TP divides the heads; kv heads divide or are replicated; within the NVLink domain unless allowed."""
+    limit = gpus if options.allow_tp_beyond_domain else min(domain_size, gpus)
+    return [
+        t
+        for t in _divisors(model.heads)
+        if t <= limit and (model.kv_heads % t == 0 or t % model.kv_heads == 0) and _allowed(options, "tp", t)
+    ]
+
+
+def batch_targets(job: JobSpec) -> tuple[int, int]:
+    """(min, max) sequences per step the job admits."""
+    fixed = job.sequences_per_step
+    if fixed is not None:
+        return fixed, fixed
+    lo, hi = job.min_global_batch, job.max_global_batch
+    if lo is None and hi is None:
+        raise OptlayoutError("global batch: give --global-batch, --global-batch-tokens, or min/max bounds")
+    return lo or 1, hi or (lo or 1) * 64
+
+
+def enumerate_layouts(
+    model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions
+) -> Iterator[Layout]:
+    """Every legal layout, in a deterministic order."""
+    lo, hi = batch_targets(job)
+    shardings = [s for s in Sharding if _allowed(options, "sharding", s)]
+    recomputes = [r for r in Recompute if _allowed(options, "recompute", r)]
+    for tp in tp_choices(model, gpus, domain_size, options):
+        sps = [sp for sp in ((False, True) if tp > 1 else (False,)) if _allowed(options, "sequence_parallel", sp)]
+        for cp in _divisors(gpus // tp):
+            if cp > options.max_cp or (cp > 1 and job.seq_len % (2 * cp)) or not _allowed(options, "cp", cp):
+                continue
+            for pp in _divisors(gpus // (tp * cp)):
+                if pp > model.layers or not _allowed(options, "pp", pp):
+                    continue
+                split = split_layers(model.layers, pp)
+                if split is None:
+                    continue
+                yield from _rest(model, job, gpus, options, tp, cp, pp, split, lo, hi, shardings, recomputes, sps)
+
+
+def _rest(
+    model: ModelSpec,
+    job: JobSpec,
+    gpus: int,
+    options: SpaceOptions,
+    tp: int,
+    cp: int,
+    pp: int,
+    split: tuple[int | None, int | None],
+    lo: int,
+    hi: int,
+    shardings: list[Sharding],
+    recomputes: list[Recompute],
+    sps: list[bool],
+) -> Iterator[Layout]:
+    first, last = split
+    full_dp = gpus // (tp * cp * pp)
+    dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
+    counts = set(stage_layer_counts(model.layers, pp, first, last))
+    vps = [v for v in range(1, options.max_vp + 1) if (v == 1 or pp > 1) and all(c % v == 0 for c in counts)]
+    for dp in dps:
+        if not _allowed(options, "dp", dp) or dp > hi:
+            continue
+        for mb in range(1, options.max_micro_batch + 1):
+            if mb * dp > hi or not _allowed(options, "micro_batch", mb):
+                continue
+            for vp in vps:
+                if not _allowed(options, "vp", vp):
+                    continue
+                for ga in _grad_accums(mb * dp, lo, hi, pp, vp, options):
+                    if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
+                        continue
+                    for sharding in shardings:
+                        if sharding != Sharding.none and dp * cp == 1:
+                            continue  # nothing to shard over
+                        for recompute in recomputes:
+                            for sp in sps:
+                                yield Layout(
+                                    tp=tp,
+                                    pp=pp,
+                                    vp=vp,
+                                    cp=cp,
+                                    dp=dp,
+                                    micro_batch=mb,
+                                    grad_accum=ga,
+                                    sharding=sharding,
+                                    recompute=recompute,
+                                    sequence_parallel=sp,
+                                    first_stage_layers=first,
+                                    last_stage_layers=last,
+                                )
+
+
+def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: SpaceOptions) -> list[int]:
+    """Accumulation steps putting the global batch in [lo, hi], with at least pp micro-batches (1F1B) and a
+    multiple of pp when interleaved.
+
+    The solver keeps the largest, and under interleaving also those too few to fill the warm-up: per-token
+    cost never rises with more micro-batches (bubble and reductions amortize) and memory only grows until
+    the first stage's warm-up, (p-1)*2 + (v-1)*p + 1 chunks, is in flight. The oracle walks them all, which
+    the tests use to check this reduction."""
+    first = max(-(-lo // per_step), pp if pp > 1 else 1)
+    values = [
+        ga
+        for ga in range(first, hi // per_step + 1)
+        if (vp == 1 or ga % pp == 0) and _allowed(options, "grad_accum", ga)
+    ]
+    if not values:
+        return []
+    if options.all_grad_accum:
+        return values
+    warmup_chunks = (pp - 1) * 2 + (vp - 1) * pp + 1
+    return [ga for ga in values[:-1] if vp > 1 and ga * vp < warmup_chunks] + [values[-1]]

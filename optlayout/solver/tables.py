@@ -1,0 +1,177 @@
+"""Cost tables: every legal layout with its prediction from the one cost model, and an exact total order.
+
+The order is what both the CP-SAT model and the oracle optimize: cluster throughput first (tokens/s
+over all GPUs, so idle GPUs count against a layout), then the simpler layout, then a fixed field order,
+so the same input always gives the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
+from optlayout.cost.comm import LinkSource
+from optlayout.cost.memory import stage_layer_counts, stage_params, state_bytes_per_gpu
+from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
+
+_SHARDING_ORDER = {s: i for i, s in enumerate(Sharding)}
+_RECOMPUTE_ORDER = {r: i for i, r in enumerate(Recompute)}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A legal layout and what the cost model says of it (the full Prediction is built on demand)."""
+
+    layout: Layout
+    evaluation: Evaluation
+    context: tuple[ModelSpec, JobSpec, GpuSpec]
+
+    @cached_property
+    def prediction(self) -> Prediction:
+        return self.evaluation.prediction(*self.context)
+
+    @property
+    def cluster_tokens_per_s(self) -> float:
+        return self.evaluation.tokens_per_s_per_gpu * self.layout.gpus
+
+
+def layout_identity(layout: Layout) -> tuple:
+    """What makes two layouts distinct in a top-K: everything but the accumulation, which within batch
+    bounds is chosen for each layout (a layout with one micro-batch fewer is not a different layout)."""
+    return (layout.tp, layout.pp, layout.vp, layout.cp, layout.dp, layout.micro_batch, layout.sharding,
+            layout.recompute, layout.sequence_parallel, layout.first_stage_layers, layout.last_stage_layers)  # fmt: skip
+
+
+def simplicity_key(layout: Layout) -> tuple:
+    """Fewer parallel dimensions and less machinery first; then a fixed field order."""
+    used = sum(d > 1 for d in (layout.tp, layout.pp, layout.vp, layout.cp))
+    return (
+        used,
+        _SHARDING_ORDER[layout.sharding],
+        _RECOMPUTE_ORDER[layout.recompute],
+        layout.sequence_parallel,
+        layout.tp,
+        layout.pp,
+        layout.vp,
+        layout.cp,
+        -layout.micro_batch,
+        layout.grad_accum,
+        layout.dp,
+    )
+
+
+def rank_key(candidate: Candidate, throughput_scale: float) -> tuple:
+    """Sort key: best first. Throughput is compared at the same integer resolution the CP-SAT model uses."""
+    return (-scaled_throughput(candidate, throughput_scale), simplicity_key(candidate.layout))
+
+
+MIB = 2**20
+
+
+def memory_mib(memory_bytes: float) -> int:
+    """Memory in whole MiB, rounded up: the unit of the `memory_fits` constraint."""
+    return int(-(-memory_bytes // MIB))
+
+
+THROUGHPUT_RESOLUTION = 1_000_000  # objective units per best-candidate throughput: 1e-6 relative resolution
+
+
+def scaled_throughput(candidate: Candidate, throughput_scale: float) -> int:
+    """Cluster tokens/s as an integer, `THROUGHPUT_RESOLUTION` for the fastest candidate."""
+    return round(candidate.cluster_tokens_per_s * throughput_scale)
+
+
+def throughput_scale(candidates: list[Candidate]) -> float:
+    best = max((c.cluster_tokens_per_s for c in candidates), default=1.0)
+    return THROUGHPUT_RESOLUTION / best if best > 0 else 1.0
+
+
+class CostTable:
+    """Evaluates layouts with the cost model, sharing group links and per-layer times across layouts."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        job: JobSpec,
+        gpu: GpuSpec,
+        topology: LinkSource,
+        params: CostParams = DEFAULT_PARAMS,
+    ) -> None:
+        self.model, self.job, self.gpu, self.topology, self.params = model, job, gpu, topology, params
+        self._links: dict[tuple[int, int, int, int], GroupLinks] = {}
+        self._memo: dict = {}
+
+    def candidate(self, layout: Layout) -> Candidate:
+        key = (layout.tp, layout.cp, layout.dp, layout.pp)
+        links = self._links.get(key)
+        if links is None:
+            links = self._links[key] = group_links(self.topology, layout)
+        ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
+        return Candidate(layout, ev, (self.model, self.job, self.gpu))
+
+    def predict(self, layout: Layout) -> Prediction:
+        return self.candidate(layout).prediction
+
+    def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
+        """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
+        recomputation and schedule of the same degrees and sharding (activations only add)."""
+        counts = stage_layer_counts(self.model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+        params_on_gpu = max(stage_params(self.model, layout, i, n) for i, n in enumerate(counts))
+        state = sum(state_bytes_per_gpu(params_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
+        return state + self.params.runtime_reserve_bytes <= capacity_bytes
+
+    def evaluated_candidates(self, layouts: Iterable[Layout], capacity_bytes: float) -> tuple[list[Candidate], int]:
+        """Evaluate the layouts, skipping those proven over capacity without evaluating them:
+        (1) the state alone overflows (it depends on tp, pp, dp x cp and sharding only); (2) a smaller
+        micro-batch of the same layout already overflowed (activations grow with the micro-batch: per layer
+        linearly, and the in-flight count mb x min(warm-up, ga x v) with ga = batch / (mb x dp) never falls).
+        Returns the evaluated candidates (some may still overflow) and the number of layouts looked at."""
+        state_ok: dict[tuple, bool] = {}
+        overflow_mb: dict[tuple, int] = {}
+        out: list[Candidate] = []
+        seen = 0
+        capacity_mib = int(capacity_bytes // MIB)
+        for lay in layouts:
+            seen += 1
+            skey = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
+            ok = state_ok.get(skey)
+            if ok is None:
+                ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
+            if not ok:
+                continue
+            mkey = (*skey, lay.cp, lay.vp, lay.recompute, lay.sequence_parallel)
+            if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
+                continue
+            cand = self.candidate(lay)
+            if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
+                overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
+            out.append(cand)
+        return out, seen
+
+
+def top_k_skyline(candidates: list[Candidate], k: int) -> list[Candidate]:
+    """The candidates that can be in the top k: drop those that at least `k` others beat on rank while needing no more memory, with the same
+    global batch and no larger bubble. Whatever the memory capacity, batch bounds or bubble limit, such a
+    candidate has k feasible better ones whenever it is feasible itself, so it is never in the top k:
+    the reduction is exact for the top-k CP-SAT model (which keeps the memory and batch constraints)."""
+    scale = throughput_scale(candidates)
+    kept: list[Candidate] = []
+    by_batch: dict[int, list[tuple[int, float]]] = {}
+    for cand in sorted(candidates, key=lambda c: rank_key(c, scale)):
+        better = by_batch.setdefault(cand.layout.global_batch, [])
+        mem = memory_mib(cand.evaluation.memory_per_gpu_bytes)
+        bubble = cand.evaluation.bubble_fraction
+        dominators = 0
+        for m, b in better:
+            if m <= mem and b <= bubble:
+                dominators += 1
+                if dominators >= k:
+                    break
+        if dominators < k:
+            kept.append(cand)
+            # Only kept candidates need remembering: one dropped was beaten by k kept ones that also beat
+            # everything it beats (memory and bubble order are transitive).
+            better.append((mem, bubble))
+    return kept

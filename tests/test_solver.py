@@ -1,0 +1,157 @@
+"""The CP-SAT solver against the exhaustive oracle, published layouts, and infeasible requests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optlayout.api import solve
+from optlayout.cost import CostParams, layout_problems, usable_memory_bytes
+from optlayout.errors import OptlayoutError
+from optlayout.solver.cpsat import Limits, passes_limits
+from optlayout.solver.oracle import oracle_ranking
+from optlayout.solver.space import SpaceOptions
+from optlayout.solver.tables import CostTable
+from optlayout.specs import ClusterSpec, JobSpec, ModelSpec
+from optlayout.topology import topology_from_cluster
+
+NO_RESERVE = CostParams(runtime_reserve_bytes=0)
+
+
+@st.composite
+def problems(draw):
+    heads = draw(st.sampled_from([2, 4, 8]))
+    kv = draw(st.sampled_from([k for k in (1, 2, 4, 8) if heads % k == 0]))
+    head_dim = draw(st.sampled_from([16, 32]))
+    model = ModelSpec(
+        layers=draw(st.integers(1, 8)),
+        hidden=heads * head_dim,
+        ffn=draw(st.sampled_from([2, 3, 4])) * heads * head_dim,
+        heads=heads,
+        kv_heads=kv,
+        vocab=draw(st.sampled_from([500, 1000, 4096])),
+        mlp=draw(st.sampled_from(["swiglu", "gelu", "relu2"])),
+    )
+    per_node = draw(st.sampled_from([2, 4, 8]))
+    gpus = draw(st.sampled_from([n for n in (1, 2, 4, 8, 16) if n <= per_node or n % per_node == 0]))
+    cluster = ClusterSpec(gpu=draw(st.sampled_from(["h100-sxm", "a100-40gb"])), gpus=gpus, gpus_per_node=per_node)
+    seq = draw(st.sampled_from([128, 256, 512]))
+    if draw(st.booleans()):
+        job = JobSpec(seq_len=seq, global_batch=draw(st.sampled_from([8, 16, 32, 64])),
+                      memory_headroom=draw(st.floats(0.99, 0.9995)))  # fmt: skip
+    else:
+        lo = draw(st.sampled_from([4, 8, 16]))
+        job = JobSpec(seq_len=seq, min_global_batch=lo, max_global_batch=lo * draw(st.sampled_from([1, 2, 4])),
+                      memory_headroom=draw(st.floats(0.99, 0.9995)))  # fmt: skip
+    return model, cluster, job, draw(st.integers(1, 4))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_solver_top_k_equals_oracle(problem) -> None:
+    model, cluster, job, k = problem
+    topo = topology_from_cluster(cluster)
+    options = SpaceOptions(max_micro_batch=4, max_vp=4, max_cp=8)
+    plan = solve(model, topo, job, top=k, params=NO_RESERVE, max_micro_batch=4, max_vp=4, max_cp=8)
+    table = CostTable(model, job, topo.gpu, topo, NO_RESERVE)
+    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
+    limits = Limits(capacity, job.min_global_batch, job.max_global_batch)
+    truth = oracle_ranking(model, job, topo.num_gpus, topo.domain_size, table, options, limits)
+    got = [p.layout for p in plan.layouts]
+    assert got == [c.layout for c in truth[:k]]
+    assert plan.status == ("optimal" if truth else "infeasible")
+    for planned in plan.layouts:  # every returned layout passes the cost model's own checks
+        assert layout_problems(model, job, planned.layout, topo.num_gpus) == []
+        assert planned.prediction.fits
+        assert passes_limits(table.candidate(planned.layout), limits)
+
+
+def test_oracle_and_solver_agree_on_a_larger_space() -> None:
+    # 8B on 64 H100: thousands of layouts; the CP-SAT top-3 must be the oracle's top-3.
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=64))
+    job = JobSpec(seq_len=8192, global_batch=128)
+    model_name = "llama3.1-8b"
+    plan = solve(model_name, topo, job, top=3)
+    from optlayout.presets import model_preset
+
+    model = model_preset(model_name)
+    table = CostTable(model, job, topo.gpu, topo)
+    limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job))
+    truth = oracle_ranking(model, job, 64, topo.domain_size, table, SpaceOptions(), limits)
+    assert [p.layout for p in plan.layouts] == [c.layout for c in truth[:3]]
+    assert len(truth) > 1000
+
+
+def test_405b_on_8_gpus_is_infeasible_and_says_why() -> None:
+    plan = solve("llama3.1-405b", "gpu=h100-sxm,gpus=8", JobSpec(seq_len=8192, global_batch=16))
+    assert plan.status == "infeasible" and not plan.layouts
+    # 405.9e9 x 16 B over 8 GPUs at tp 8 = 812 GB of state per GPU, against 81.6 GB usable (80 GiB less 5%)
+    assert "state alone" in plan.diagnosis and "GB usable" in plan.diagnosis
+    with pytest.raises(OptlayoutError, match="no layout"):
+        _ = plan.best
+
+
+def test_batch_bound_no_layout_can_meet() -> None:
+    # 64 GPUs with tp <= 8, cp <= 2 (seq 4 / 2), pp <= 2 layers: dp >= 64 / 32 = 2, but the batch is 1.
+    model = ModelSpec(layers=2, hidden=64, ffn=256, heads=8, kv_heads=8, vocab=1000)
+    plan = solve(model, "gpu=h100-sxm,gpus=64", JobSpec(seq_len=4, global_batch=1), max_cp=2)
+    assert plan.status == "infeasible"
+    assert "global batch" in plan.diagnosis and "dp >= 2" in plan.diagnosis
+
+
+def test_pins_and_maxima_are_respected() -> None:
+    plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64), top=3,
+                 pins={"tp": 2, "sharding": "fsdp"}, maxima={"pp": 1})  # fmt: skip
+    assert plan.layouts
+    for p in plan.layouts:
+        assert p.layout.tp == 2 and p.layout.sharding.value == "fsdp" and p.layout.pp == 1
+
+
+def test_unknown_pin_is_a_clear_error() -> None:
+    with pytest.raises(OptlayoutError, match="unknown layout field 'tq'"):
+        solve("llama3.1-8b", "gpu=h100-sxm,gpus=8", JobSpec(seq_len=4096, global_batch=8), pins={"tq": 2})
+
+
+def test_cli_solve_json_schema_and_save(cli, tmp_path) -> None:
+    plan_path = tmp_path / "plan.json"
+    out = cli("solve", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=16", "--seq-len", "4096",
+              "--global-batch", "64", "--top", "2", "--json", "--save", str(plan_path))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["status"] == "optimal" and len(data["layouts"]) == 2
+    pred = data["layouts"][0]["prediction"]
+    for key in ("mfu", "tokens_per_s_per_gpu", "step_time_s", "memory_per_gpu_bytes", "bubble_fraction"):
+        assert key in pred
+    lay = data["layouts"][0]["layout"]
+    assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == 16
+    from optlayout.plan import Plan
+
+    assert Plan.load(plan_path).best.layout.model_dump(mode="json") == lay
+
+
+def test_cli_infeasible_exits_1_with_reason(cli) -> None:
+    out = cli("solve", "--model", "llama3.1-405b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "8192",
+              "--global-batch", "16")  # fmt: skip
+    assert out.returncode == 1
+    assert "state alone" in out.stdout.replace("\n", " ")
+
+
+def test_explain_ranks_users_layout(cli) -> None:
+    out = cli("explain", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=16", "--seq-len", "4096",
+              "--global-batch", "64", "--layout", "tp=8,pp=2,dp=1,mb=1,ga=64", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["rank"] > 1 and data["feasible"] > data["rank"]
+    assert data["terms"][0]["delta_us"] >= data["terms"][-1]["delta_us"]
+
+
+def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:
+    from optlayout.plan import Plan
+
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema_version": 0, "status": "optimal"}))
+    with pytest.raises(OptlayoutError, match="schema_version 0"):
+        Plan.load(path)
