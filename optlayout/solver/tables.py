@@ -40,8 +40,8 @@ class Candidate:
 def layout_identity(layout: Layout) -> tuple:
     """What makes two layouts distinct in a top-K: everything but the accumulation, which within batch
     bounds is chosen for each layout (a layout with one micro-batch fewer is not a different layout)."""
-    return (layout.tp, layout.pp, layout.vp, layout.cp, layout.dp, layout.micro_batch, layout.sharding,
-            layout.recompute, layout.sequence_parallel, layout.first_stage_layers, layout.last_stage_layers)  # fmt: skip
+    fields = ("tp", "pp", "vp", "cp", "dp", "micro_batch", "sharding", "recompute", "sequence_parallel")
+    return (*(getattr(layout, f) for f in fields), layout.first_stage_layers, layout.last_stage_layers)
 
 
 def simplicity_key(layout: Layout) -> tuple:
@@ -152,8 +152,8 @@ class CostTable:
 
 
 def top_k_skyline(candidates: list[Candidate], k: int) -> list[Candidate]:
-    """The candidates that can be in the top k: drop those that at least `k` others beat on rank while needing no more memory, with the same
-    global batch and no larger bubble. Whatever the memory capacity, batch bounds or bubble limit, such a
+    """The candidates that can be in the top k: drop those that at least `k` others beat on rank while
+    needing no more memory, with the same global batch and no larger bubble. Whatever the memory capacity, batch bounds or bubble limit, such a
     candidate has k feasible better ones whenever it is feasible itself, so it is never in the top k:
     the reduction is exact for the top-k CP-SAT model (which keeps the memory and batch constraints)."""
     scale = throughput_scale(candidates)
