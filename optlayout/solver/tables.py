@@ -153,9 +153,10 @@ class CostTable:
 
 def top_k_skyline(candidates: list[Candidate], k: int) -> list[Candidate]:
     """The candidates that can be in the top k: drop those that at least `k` others beat on rank while
-    needing no more memory, with the same global batch and no larger bubble. Whatever the memory capacity, batch bounds or bubble limit, such a
-    candidate has k feasible better ones whenever it is feasible itself, so it is never in the top k:
-    the reduction is exact for the top-k CP-SAT model (which keeps the memory and batch constraints)."""
+    needing no more memory, with the same global batch and no larger bubble. Whatever the memory capacity,
+    batch bounds or bubble limit, such a candidate has k feasible better ones whenever it is feasible
+    itself, so it is never in the top k: the reduction is exact for the top-k CP-SAT model (which keeps
+    the memory and batch constraints)."""
     scale = throughput_scale(candidates)
     kept: list[Candidate] = []
     by_batch: dict[int, list[tuple[int, float]]] = {}
