@@ -1,0 +1,207 @@
+"""Fit the cost model's calibratable constants to measured runs, per GPU type and precision.
+
+Robust least squares (scipy, soft-L1 loss) on log(predicted / measured) tokens/s/GPU. Unpublished layout
+fields are filled once by the solver under the starting constants and then held fixed, so a fit moves
+only the constants, never the layouts. The error is reported under cross-validation grouped by source
+(fit on the other sources, predict the held-out one), as well as in-sample.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pydantic
+import yaml
+from scipy.optimize import least_squares
+
+from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
+from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.runs.predict import RunPrediction, predict_run, run_job
+from optlayout.runs.records import RunRecord
+from optlayout.topology import Topology, topology_from_cluster
+
+PROFILE_SCHEMA_VERSION = 1
+# The constants fitted, with physical bounds: efficiencies are fractions of a datasheet figure.
+FITTED: dict[str, tuple[float, float]] = {
+    "gemm_efficiency": (0.3, 0.95),
+    "attention_efficiency": (0.1, 0.9),
+    "collective_efficiency": (0.3, 1.0),
+    "dp_comm_overlap": (0.0, 1.0),
+}
+MIN_RUNS_PER_KEY = 8  # fewer runs than this for a GPU/precision: use the global fit
+
+
+def profile_key(gpu: str, precision: str) -> str:
+    return f"{gpu}/{precision}"
+
+
+class CalibrationProfile(pydantic.BaseModel):
+    """Fitted constants: a global set and per GPU/precision sets, with how they were obtained."""
+
+    schema_version: int = PROFILE_SCHEMA_VERSION
+    fitted_on: str
+    fitted: list[str]
+    default: dict[str, float]
+    entries: dict[str, dict[str, float]] = pydantic.Field(default_factory=dict)
+    report: dict[str, Any] = pydantic.Field(default_factory=dict)
+
+    def params_for(self, gpu: str, precision: str) -> CostParams:
+        values = self.entries.get(profile_key(gpu, precision), self.default)
+        return DEFAULT_PARAMS.model_copy(update=values)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.model_dump(), sort_keys=False, width=110))
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    """Read a calibration profile YAML; errors name the field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise OptlayoutError(f"calibration: no such file {str(path)!r}") from None
+    except yaml.YAMLError as exc:
+        raise OptlayoutError(f"calibration: {path} is not valid YAML ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("schema_version") != PROFILE_SCHEMA_VERSION:
+        raise OptlayoutError(f"calibration: {path} is not a version-{PROFILE_SCHEMA_VERSION} calibration profile")
+    try:
+        profile = CalibrationProfile.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise OptlayoutError(describe_validation_error(exc, "calibration")) from None
+    for key, values in {"default": profile.default, **profile.entries}.items():
+        try:
+            CostParams(**(DEFAULT_PARAMS.model_dump() | values))
+        except pydantic.ValidationError as exc:
+            raise OptlayoutError(describe_validation_error(exc, f"calibration {key}")) from None
+    return profile
+
+
+def shipped_profile_path() -> Path:
+    return Path(__file__).resolve().parents[1] / "data" / "default_profile.yaml"
+
+
+@dataclass
+class _Case:
+    """One run with its layout fixed: what a fit re-evaluates."""
+
+    prediction: RunPrediction
+    topology: Topology
+
+    def predicted_tps(self, params: CostParams) -> float:
+        rec, lay = self.prediction.record, self.prediction.layout
+        job = run_job(rec)
+        links = group_links(self.topology, lay)
+        ev = evaluate(rec.model, job, lay, self.topology.gpu, self.topology, params, links)
+        return ev.tokens_per_s_per_gpu
+
+
+def prepare(records: Sequence[RunRecord], params_for: Callable[[str, str], CostParams]) -> list[_Case]:
+    """Fill each run's layout once (solver, known fields pinned) and keep its topology."""
+    topologies: dict[str, Topology] = {}
+    cases = []
+    for rec in records:
+        key = rec.cluster.model_dump_json()
+        topo = topologies.get(key) or topologies.setdefault(key, topology_from_cluster(rec.cluster))
+        cases.append(_Case(predict_run(rec, params_for(rec.cluster.gpu, rec.job.precision), topo), topo))
+    return cases
+
+
+def _with(base: CostParams, names: Sequence[str], x: np.ndarray) -> CostParams:
+    return base.model_copy(update=dict(zip(names, (float(v) for v in x), strict=True)))
+
+
+def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequence[str] = tuple(FITTED)) -> CostParams:
+    """Robust least squares on log errors over the given runs."""
+    if not cases:
+        return base
+    measured = np.array([c.prediction.record.measured.tokens_per_s_per_gpu for c in cases])
+    lo = np.array([FITTED[n][0] for n in names])
+    hi = np.array([FITTED[n][1] for n in names])
+    x0 = np.clip(np.array([getattr(base, n) for n in names]), lo, hi)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        params = _with(base, names, x)
+        predicted = np.array([c.predicted_tps(params) for c in cases])
+        return np.log(predicted / measured)
+
+    result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
+    return _with(base, names, result.x)
+
+
+def _ape(case: _Case, params: CostParams) -> float:
+    measured = case.prediction.record.measured.tokens_per_s_per_gpu
+    return abs(case.predicted_tps(params) - measured) / measured
+
+
+def _fit_profile(cases: Sequence[_Case]) -> tuple[CostParams, dict[str, CostParams]]:
+    """A global fit and, for each GPU/precision with enough runs, its own fit started from the global."""
+    global_params = fit(cases)
+    by_key: dict[str, list[_Case]] = defaultdict(list)
+    for c in cases:
+        rec = c.prediction.record
+        by_key[profile_key(rec.cluster.gpu, rec.job.precision)].append(c)
+    per_key = {k: fit(v, global_params) for k, v in sorted(by_key.items()) if len(v) >= MIN_RUNS_PER_KEY}
+    return global_params, per_key
+
+
+def _params(global_params: CostParams, per_key: dict[str, CostParams], case: _Case) -> CostParams:
+    rec = case.prediction.record
+    return per_key.get(profile_key(rec.cluster.gpu, rec.job.precision), global_params)
+
+
+def calibrate(
+    records: Sequence[RunRecord], fitted_on: str, progress: Callable[[str], None] | None = None
+) -> CalibrationProfile:
+    """Fit a profile on all runs and report its cross-validated error (leave one source out)."""
+    say = progress or (lambda _msg: None)
+    say(f"filling layouts of {len(records)} runs")
+    cases = prepare(records, lambda _g, _p: DEFAULT_PARAMS)
+    sources = sorted({c.prediction.record.source for c in cases})
+    uncal = {id(c): _ape(c, DEFAULT_PARAMS) for c in cases}
+    cv: dict[int, float] = {}
+    for source in sources:
+        say(f"cross-validation: holding out {source[:60]}")
+        train = [c for c in cases if c.prediction.record.source != source]
+        g, per_key = _fit_profile(train)
+        for c in cases:
+            if c.prediction.record.source == source:
+                cv[id(c)] = _ape(c, _params(g, per_key, c))
+    say("fitting on all runs")
+    g, per_key = _fit_profile(cases)
+    insample = {id(c): _ape(c, _params(g, per_key, c)) for c in cases}
+
+    def table(apes: dict[int, float]) -> dict[str, Any]:
+        by_source: dict[str, list[float]] = defaultdict(list)
+        by_key: dict[str, list[float]] = defaultdict(list)
+        for c in cases:
+            rec = c.prediction.record
+            by_source[rec.source].append(apes[id(c)])
+            by_key[profile_key(rec.cluster.gpu, rec.job.precision)].append(apes[id(c)])
+        vals = list(apes.values())
+        return {
+            "mape": statistics.mean(vals),
+            "median_ape": statistics.median(vals),
+            "per_source": {s: round(statistics.mean(v), 4) for s, v in sorted(by_source.items())},
+            "per_gpu_precision": {k: round(statistics.mean(v), 4) for k, v in sorted(by_key.items())},
+        }
+
+    names = list(FITTED)
+    return CalibrationProfile(
+        fitted_on=fitted_on,
+        fitted=names,
+        default={n: round(getattr(g, n), 6) for n in names},
+        entries={k: {n: round(getattr(p, n), 6) for n in names} for k, p in per_key.items()},
+        report={
+            "runs": len(cases),
+            "sources": sources,
+            "uncalibrated": table(uncal),
+            "cross_validated_by_source": table(cv),
+            "in_sample": table(insample),
+        },
+    )

@@ -1,0 +1,134 @@
+"""Compare measured runs with the cost model: error, rank of the measured layout, the solver's own pick.
+
+One MFU definition throughout (ours, `optlayout.cost.flops`): measured and predicted MFU both come from
+tokens/s/GPU, so sources that count FLOPs differently are compared on throughput, never on their MFU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from optlayout.cost import CostParams, usable_memory_bytes
+from optlayout.runs.predict import RunPrediction, predict_run, run_job
+from optlayout.runs.records import RunRecord
+from optlayout.solver.cpsat import Limits
+from optlayout.solver.oracle import oracle_ranking
+from optlayout.solver.space import SpaceOptions
+from optlayout.solver.tables import Candidate, CostTable, layout_identity
+from optlayout.topology import topology_from_cluster
+
+ParamsFor = Callable[[str, str], CostParams]
+
+
+def group_label(record: RunRecord) -> str:
+    c, j = record.cluster, record.job
+    return f"{record.model.name} | {c.gpu} x {c.gpus} | seq {j.seq_len} | batch {j.global_batch} | {j.precision}"
+
+
+def _ranking(record: RunRecord, params: CostParams) -> list[Candidate]:
+    """Every feasible layout for the run's model, cluster and job, best first (the oracle walk)."""
+    job = run_job(record)
+    topo = topology_from_cluster(record.cluster)
+    table = CostTable(record.model, job, topo.gpu, topo, params)
+    limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job))
+    return oracle_ranking(record.model, job, topo.num_gpus, topo.domain_size, table, SpaceOptions(), limits)
+
+
+def compare_runs(
+    records: list[RunRecord],
+    params_for: ParamsFor,
+    rank_layouts: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """The `optlayout compare --json` result: per-run rows and a summary."""
+    rows: list[dict[str, Any]] = []
+    preds: list[RunPrediction] = []
+    rankings: dict[tuple, list[Candidate]] = {}
+    for i, rec in enumerate(records):
+        params = params_for(rec.cluster.gpu, rec.job.precision)
+        pred = predict_run(rec, params)
+        preds.append(pred)
+        mfu_per_token_s = pred.prediction.mfu / pred.prediction.tokens_per_s_per_gpu  # same FLOPs, same peak
+        measured = rec.measured.tokens_per_s_per_gpu
+        row: dict[str, Any] = {
+            "id": rec.id,
+            "source": rec.source,
+            "group": group_label(rec),
+            "measured_tokens_per_s_per_gpu": measured,
+            "predicted_tokens_per_s_per_gpu": pred.prediction.tokens_per_s_per_gpu,
+            "ape": pred.ape,
+            "measured_mfu": measured * mfu_per_token_s,
+            "predicted_mfu": pred.prediction.mfu,
+            "filled_fields": pred.filled_fields,
+            "layout": pred.layout.model_dump(mode="json"),
+            "predicted_fits_memory": pred.prediction.fits,
+            "measured_layout_rank": None,
+            "legal_layouts": None,
+            "solver_pick": None,
+            "solver_predicted_gain": None,
+        }
+        if rank_layouts:
+            key = (rec.group_key, params)
+            if key not in rankings:
+                rankings[key] = _ranking(rec, params)
+            ranking = rankings[key]
+            row["legal_layouts"] = len(ranking)
+            mine = layout_identity(pred.layout)
+            position = next((k + 1 for k, c in enumerate(ranking) if layout_identity(c.layout) == mine), None)
+            if position is None and ranking:  # outside the searched space or over memory: rank by throughput
+                position = 1 + sum(c.evaluation.tokens_per_s_per_gpu > pred.prediction.tokens_per_s_per_gpu
+                                   for c in ranking)  # fmt: skip
+            row["measured_layout_rank"] = position
+            if ranking:
+                best = ranking[0]
+                row["solver_pick"] = best.layout.model_dump(mode="json")
+                row["solver_predicted_gain"] = (
+                    best.evaluation.tokens_per_s_per_gpu / pred.prediction.tokens_per_s_per_gpu - 1
+                )
+        rows.append(row)
+        if progress:
+            progress(i + 1, len(records))
+    return {"runs": rows, "summary": summarize(preds, rows)}
+
+
+def pairwise_order(preds: list[RunPrediction]) -> tuple[float | None, int]:
+    """Fraction of run pairs within a group (same model, cluster, job; different layout) whose measured
+    order the prediction reproduces; pairs with equal measured throughput are skipped."""
+    groups: dict[tuple, list[RunPrediction]] = defaultdict(list)
+    for p in preds:
+        groups[p.record.group_key].append(p)
+    agree = total = 0
+    for members in groups.values():
+        for a, b in itertools.combinations(members, 2):
+            dm = a.record.measured.tokens_per_s_per_gpu - b.record.measured.tokens_per_s_per_gpu
+            if dm == 0 or layout_identity(a.layout) == layout_identity(b.layout):
+                continue
+            dp = a.prediction.tokens_per_s_per_gpu - b.prediction.tokens_per_s_per_gpu
+            total += 1
+            agree += (dm > 0) == (dp > 0)
+    return (agree / total if total else None), total
+
+
+def summarize(preds: list[RunPrediction], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    apes = [p.ape for p in preds]
+    accuracy, pairs = pairwise_order(preds)
+    per_source: dict[str, list[float]] = defaultdict(list)
+    for p in preds:
+        per_source[p.record.source].append(p.ape)
+    worst = sorted(rows, key=lambda r: -r["ape"])[:5]
+    return {
+        "n": len(preds),
+        "mape": statistics.mean(apes),
+        "median_ape": statistics.median(apes),
+        "pairwise_order_accuracy": accuracy,
+        "pairs": pairs,
+        "per_source": {
+            s: {"n": len(v), "mape": statistics.mean(v), "median_ape": statistics.median(v)}
+            for s, v in sorted(per_source.items())
+        },
+        "worst": [r["id"] for r in worst],
+    }
