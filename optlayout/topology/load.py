@@ -1,0 +1,122 @@
+"""Entry points: topology files, documents, the ClusterSpec shorthand, and `resolve_cluster` for all of them."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.presets import gpu_preset
+from optlayout.specs import ClusterSpec
+from optlayout.topology.build import build_explicit, build_generator, paused_gc
+from optlayout.topology.model import Topology, ordered_gpu_nodes
+from optlayout.topology.schema import ExplicitDoc, FabricSpec, GeneratorDoc, NicSpec, ScaleUpSpec
+
+SHORTHAND_KEYS = tuple(ClusterSpec.model_fields)
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Read a topology YAML file (generator or explicit form)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise OptlayoutError(f"topology: no such file {str(path)!r}") from None
+    except OSError as exc:
+        raise OptlayoutError(f"topology: cannot read {str(path)!r} ({exc.strerror})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise OptlayoutError(f"topology {path.name}: YAML syntax error{where}: {problem}") from None
+    return topology_from_dict(doc, default_name=path.stem, where=f"topology {path.name}")
+
+
+def topology_from_dict(doc: Any, default_name: str = "topology", where: str = "topology") -> Topology:
+    """Build a Topology from a parsed document (the dict a topology YAML file holds)."""
+    if not isinstance(doc, dict):
+        raise OptlayoutError(f"{where}: expected a mapping of fields, got {type(doc).__name__}")
+    if "nodes" in doc and "servers" in doc:
+        raise OptlayoutError(f"{where}: give `servers` (generator form) or `nodes` (explicit form), not both")
+    if "nodes" not in doc and "servers" not in doc:
+        raise OptlayoutError(f"{where}: missing field 'servers' (generator form) or 'nodes' (explicit form)")
+    model = ExplicitDoc if "nodes" in doc else GeneratorDoc
+    try:
+        spec = model.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        raise OptlayoutError(describe_validation_error(exc, where)) from None
+    try:
+        gpu = gpu_preset(spec.gpu)
+        with paused_gc():
+            builder = build_generator(spec, gpu) if isinstance(spec, GeneratorDoc) else build_explicit(spec, gpu)
+            graph = builder.graph()
+            return Topology(spec.name or default_name, gpu, graph, ordered_gpu_nodes(graph), spec.description)
+    except OptlayoutError as exc:
+        raise OptlayoutError(f"{where}: {exc}") from None
+
+
+@lru_cache(maxsize=16)
+def topology_from_cluster(cluster: ClusterSpec) -> Topology:
+    """The standard graph of the shorthand: NVSwitch domains, one NIC per GPU, rail-optimized fat tree.
+
+    Cached per ClusterSpec (131,072 GPUs take a couple of seconds to build); treat the result as read-only.
+    """
+    per_server = min(cluster.gpus_per_node, cluster.gpus)
+    doc = GeneratorDoc(
+        name=f"{cluster.gpu}-x{cluster.gpus}",
+        description="expanded from the cluster shorthand",
+        gpu=cluster.gpu,
+        servers=cluster.gpus // per_server,
+        gpus_per_server=per_server,
+        scale_up=ScaleUpSpec(kind="nvswitch", domain_size=cluster.domain_size),
+        nics=NicSpec(per_server=per_server, gbps=cluster.inter_node_gbps_per_gpu),
+        fabric=FabricSpec(kind="rail", oversubscription=cluster.oversubscription),
+    )
+    gpu = gpu_preset(cluster.gpu)
+    with paused_gc():
+        builder = build_generator(doc, gpu)
+        names = [f"s{k}/gpu{j}" for k in range(doc.servers) for j in range(per_server)]
+        return Topology(doc.name or "cluster", gpu, builder.graph(), names, doc.description)
+
+
+def parse_cluster_shorthand(text: str) -> ClusterSpec:
+    """`gpu=h100-sxm,gpus=16384,gpus_per_node=8` -> ClusterSpec (fields named in errors)."""
+    fields: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise OptlayoutError(f"cluster: expected key=value, got {part!r}")
+        if key not in SHORTHAND_KEYS:
+            raise OptlayoutError(f"cluster: unknown key {key!r}; valid: {', '.join(SHORTHAND_KEYS)}")
+        fields[key] = value.strip()
+    if "gpu" not in fields or "gpus" not in fields:
+        raise OptlayoutError(f"cluster: the shorthand needs gpu=... and gpus=... (got {text!r})")
+    try:
+        return ClusterSpec.model_validate(fields)
+    except pydantic.ValidationError as exc:
+        raise OptlayoutError(describe_validation_error(exc, "cluster")) from None
+
+
+def resolve_cluster(spec: str | Path | ClusterSpec | Topology) -> Topology:
+    """A Topology, a ClusterSpec, a path to a topology YAML file, or a shorthand string."""
+    if isinstance(spec, Topology):
+        return spec
+    if isinstance(spec, ClusterSpec):
+        gpu_preset(spec.gpu)  # unknown preset -> one-line error naming the field
+        return topology_from_cluster(spec)
+    if isinstance(spec, Path):
+        return load_topology(spec)
+    if isinstance(spec, str):
+        if "=" in spec and not Path(spec).is_file():
+            cluster = parse_cluster_shorthand(spec)
+            gpu_preset(cluster.gpu)
+            return topology_from_cluster(cluster)
+        return load_topology(spec)
+    raise OptlayoutError(f"cluster: expected a topology file, a shorthand string or a ClusterSpec, got {spec!r}")

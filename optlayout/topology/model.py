@@ -1,0 +1,318 @@
+"""The Topology: a networkx graph plus the queries the cost model asks of it.
+
+Bandwidths are per GPU, bytes/s per direction, of a ring-style collective over a rank group:
+- inside one scale-up domain: NVSwitch: the GPU's link to the switch; mesh: the sum of its direct links
+  to the other group members (NCCL runs several rings); PCIe tree: the slowest PCIe/socket link the ring
+  crosses (a ring crosses each tree link once per direction);
+- across domains: per scale-up domain, the NIC bandwidth the group's GPUs there own, divided by the oversubscription
+  of every leaf->spine (->core) boundary the group climbs over. Not divided by the group's GPUs there: NCCL
+  runs one ring (channel) per NIC, each carrying its share of the buffer, so a ring collective over g GPUs
+  per server with g NICs moves data at g x the NIC rate per GPU, capped by the scale-up links (the
+  multi-node busbw of nccl-tests on DGX A100, ~185 of 8 x 25 GB/s, shows this);
+- the result is the minimum over the levels crossed and over servers. Latency is that of the slowest
+  level crossed (end to end, both directions of the path up to the highest switch tier reached).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from optlayout.errors import OptlayoutError
+from optlayout.specs import GpuSpec
+from optlayout.topology.analysis import Tables, analyse
+
+MAX_SAMPLED_GROUPS = 64
+TIER_NAMES = ("leaf", "spine", "core")
+_KIND_CODE = {"nvswitch": 0, "mesh": 1, "pcie": 2, "none": 3}
+
+
+def ordered_gpu_nodes(graph: nx.Graph) -> list[str]:
+    """GPU nodes in rank order: grouped by server (in order of first appearance), then insertion order."""
+    gpus = [n for n, k in graph.nodes(data="kind") if k == "gpu"]
+    first: dict[Any, int] = {}
+    for g in gpus:
+        first.setdefault(graph.nodes[g].get("server"), len(first))
+    return sorted(gpus, key=lambda g: first[graph.nodes[g].get("server")])
+
+
+class Topology:
+    """A cluster as a graph of GPUs, NVSwitches, PCIe switches, CPUs, NICs and leaf/spine switches.
+
+    Ranks are numbered server-major (rank = server_index * gpus_per_server + local_gpu). Treat `graph`
+    as read-only: the link tables are read from it once, when the Topology is made.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        gpu: GpuSpec,
+        graph: nx.Graph,
+        gpu_nodes: Sequence[str] | None = None,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self.gpu = gpu
+        self.graph = graph
+        self.description = description
+        self._gpu_nodes = list(gpu_nodes) if gpu_nodes is not None else ordered_gpu_nodes(graph)
+        if not self._gpu_nodes:
+            raise OptlayoutError("nodes: the topology has no gpu nodes")
+        self._t: Tables = analyse(graph, self._gpu_nodes)
+        self.num_gpus = len(self._gpu_nodes)
+        self.num_servers = len(self._t.server_names)
+        self.gpus_per_server = self.num_gpus // self.num_servers
+        self._kind_code = np.array([_KIND_CODE[k] for k in self._t.domain_kind])
+        self._dims: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology({self.name!r}, gpu={self.gpu.name}, gpus={self.num_gpus}, servers={self.num_servers}, "
+            f"domain_size={self.domain_size})"
+        )
+
+    # ------------------------------------------------------------------------------------------ ranks
+
+    def _check(self, rank: int) -> int:
+        if not 0 <= rank < self.num_gpus:
+            raise OptlayoutError(f"rank: {rank} is outside 0..{self.num_gpus - 1}")
+        return rank
+
+    def gpu_node(self, rank: int) -> str:
+        """Graph node id of a global rank."""
+        return self._gpu_nodes[self._check(rank)]
+
+    def server_of(self, rank: int) -> int:
+        return int(self._t.server[self._check(rank)])
+
+    def server_name(self, index: int) -> str:
+        return self._t.server_names[index]
+
+    def domain_of(self, rank: int) -> str:
+        """Id of the scale-up (NVLink) domain holding the rank."""
+        return f"domain{int(self._t.domain[self._check(rank)])}"
+
+    @property
+    def num_domains(self) -> int:
+        return len(self._t.domain_kind)
+
+    @property
+    def domain_size(self) -> int:
+        """GPUs per scale-up domain (the smallest one)."""
+        return int(self._t.domain_sizes.min())
+
+    @property
+    def scale_up_kinds(self) -> list[str]:
+        """Distinct kinds of scale-up domain: nvswitch, mesh, pcie, none."""
+        return sorted(set(self._t.domain_kind))
+
+    # ------------------------------------------------------------------------------------------ groups
+
+    def group_bandwidth_Bps(self, ranks: Sequence[int]) -> float:
+        """Per-GPU bandwidth (bytes/s per direction) of a ring collective over exactly these ranks."""
+        return self._group(self._ranks(ranks))[0]
+
+    def group_latency_s(self, ranks: Sequence[int]) -> float:
+        """Latency of the slowest link level the group crosses."""
+        return self._group(self._ranks(ranks))[1]
+
+    def _ranks(self, ranks: Sequence[int]) -> np.ndarray:
+        arr = np.asarray(ranks, dtype=np.int64).ravel()
+        if arr.size == 0:
+            raise OptlayoutError("ranks: a group needs at least one rank")
+        uniq = np.unique(arr)
+        if uniq.size != arr.size:
+            raise OptlayoutError("ranks: a group lists a rank twice")
+        if uniq[0] < 0 or uniq[-1] >= self.num_gpus:
+            bad = int(uniq[0] if uniq[0] < 0 else uniq[-1])
+            raise OptlayoutError(f"rank: {bad} is outside 0..{self.num_gpus - 1}")
+        return uniq
+
+    def _group(self, ranks: np.ndarray) -> tuple[float, float]:
+        """(bandwidth, latency) of a sorted array of distinct ranks."""
+        if ranks.size == 1:
+            return math.inf, 0.0
+        t = self._t
+        dom = t.domain[ranks]
+        if (dom[0] == dom).all():
+            return self._domain_link(int(dom[0]), ranks)
+        bw, lat = self._scale_up_part(ranks, dom)
+        net_bw, net_lat = self._network_part(ranks)
+        return min(bw, net_bw), max(lat, net_lat)
+
+    def _scale_up_part(self, ranks: np.ndarray, dom: np.ndarray) -> tuple[float, float]:
+        """Links inside the domains that hold two or more of the group's ranks."""
+        if (dom[1:] < dom[:-1]).any():
+            order = np.argsort(dom, kind="stable")
+            ranks, dom = ranks[order], dom[order]
+        starts = np.flatnonzero(np.r_[True, dom[1:] != dom[:-1]])
+        lengths = np.diff(np.r_[starts, dom.size])
+        multi = lengths >= 2
+        if not multi.any():
+            return math.inf, 0.0
+        members = ranks[np.repeat(multi, lengths)]
+        if (self._kind_code[dom[starts[multi]]] == 0).all():
+            return float(self._t.su_bw[members].min()), 2 * float(self._t.su_lat[members].max())
+        bw, lat = math.inf, 0.0
+        for start, length in zip(starts[multi], lengths[multi], strict=True):
+            b, l_ = self._domain_link(int(dom[start]), ranks[start : start + length])
+            bw, lat = min(bw, b), max(lat, l_)
+        return bw, lat
+
+    def _domain_link(self, domain: int, ranks: np.ndarray) -> tuple[float, float]:
+        kind = self._t.domain_kind[domain]
+        if kind == "nvswitch":
+            return float(self._t.su_bw[ranks].min()), 2 * float(self._t.su_lat[ranks].max())
+        if kind == "mesh":
+            return self._mesh_link(ranks)
+        return self._host_link(ranks)
+
+    def _mesh_link(self, ranks: np.ndarray) -> tuple[float, float]:
+        """Each GPU drives all its direct links to other members; a GPU with none relays at half a link."""
+        members = {int(r) for r in ranks}
+        bw, lat = math.inf, 0.0
+        for r in members:
+            links = self._t.mesh.get(r, {})
+            mine = [links[m] for m in members if m in links]
+            if mine:
+                bw = min(bw, sum(b for b, _ in mine))
+                lat = max(lat, max(l_ for _, l_ in mine))
+            else:
+                bw = min(bw, max((b for b, _ in links.values()), default=0.0) / 2)
+                lat = max(lat, 2 * max((l_ for _, l_ in links.values()), default=0.0))
+        return bw, lat
+
+    def _host_link(self, ranks: np.ndarray) -> tuple[float, float]:
+        """PCIe tree: the slowest link below the lowest common ancestor (a ring crosses each once)."""
+        chains = [self._t.host[int(r)] for r in ranks]
+        common = set.intersection(*({node for node, _, _ in chain} for chain in chains))
+        bw, lat = math.inf, 0.0
+        for chain in chains:
+            up = 0.0
+            for node, edge_bw, edge_lat in chain:
+                bw, up = min(bw, edge_bw), up + edge_lat
+                if node in common:
+                    break
+            lat = max(lat, 2 * up)
+        return bw, lat
+
+    def _network_part(self, ranks: np.ndarray) -> tuple[float, float]:
+        """Per domain: owned NIC bandwidth / oversubscription of the tiers climbed (one ring per NIC)."""
+        t = self._t
+        level = next((k for k, b in enumerate(t.blocks) if (b[ranks] == b[ranks[0]]).all()), None)
+        if level is None:
+            raise OptlayoutError(f"topology: no network path joins ranks {int(ranks[0])} and {int(ranks[-1])}")
+        # NIC pools: the group's GPUs in one scale-up domain reach each other's NICs over NVLink (PXN).
+        _, pool = np.unique(t.domain[ranks], return_inverse=True)
+        owned = np.bincount(pool, weights=t.nic_bw[ranks])
+        oversub = np.zeros(owned.size)
+        np.maximum.at(oversub, pool, t.factor[level][ranks])
+        bw = float((owned / oversub).min())
+        return bw, 2 * float(t.lat_up[level][ranks].max())
+
+    # ------------------------------------------------------------------------------------------ dims
+
+    def dim_bandwidth_Bps(self, size: int, stride: int) -> float:
+        """Worst group of a parallel dimension laid out Megatron-style (ranks base + stride*i); cached."""
+        return self._dim(size, stride)[0]
+
+    def dim_latency_s(self, size: int, stride: int) -> float:
+        return self._dim(size, stride)[1]
+
+    def _dim(self, size: int, stride: int) -> tuple[float, float]:
+        key = (size, stride)
+        hit = self._dims.get(key)
+        if hit is None:
+            hit = self._dims[key] = self._evaluate_dim(size, stride)
+        return hit
+
+    def _evaluate_dim(self, size: int, stride: int) -> tuple[float, float]:
+        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; a bounded sample is read."""
+        if size < 1 or stride < 1:
+            raise OptlayoutError(f"dim: size ({size}) and stride ({stride}) must be positive")
+        if size == 1:
+            return math.inf, 0.0
+        span = size * stride
+        if span > self.num_gpus:
+            raise OptlayoutError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
+        groups = (self.num_gpus // span) * stride
+        picks = np.unique(np.linspace(0, groups - 1, min(groups, MAX_SAMPLED_GROUPS)).round().astype(np.int64))
+        offsets = np.arange(size, dtype=np.int64) * stride
+        bw, lat = math.inf, 0.0
+        for g in picks:
+            b, l_ = self._group((g // stride) * span + g % stride + offsets)
+            bw, lat = min(bw, b), max(lat, l_)
+        return bw, lat
+
+    # ------------------------------------------------------------------------------------------ display
+
+    def levels(self) -> list[dict[str, Any]]:
+        """Each link level (scale-up, leaf, spine, ...) with per-GPU bandwidth, latency and GPUs in reach."""
+        t = self._t
+        out = []
+        first = np.flatnonzero(t.domain == t.domain[0])
+        if first.size > 1:
+            bw, lat = self._group(first)
+            out.append(_level("scale-up", t.domain_kind[0], first.size, bw, lat, 1.0))
+        heads = np.unique(t.domain, return_index=True)[1]
+        heads.sort()
+        for k, block in enumerate(t.blocks):
+            same = heads[block[heads] == block[0]]
+            other = same[1:] if k == 0 else same[t.blocks[k - 1][same] != t.blocks[k - 1][0]]
+            if other.size == 0:
+                continue
+            bw, lat = self._group(np.array([0, int(other[0])]))
+            name = TIER_NAMES[k] if k < len(TIER_NAMES) else f"tier{k + 1}"
+            out.append(_level(name, "network", int((block == block[0]).sum()), bw, lat, float(t.factor[k][0])))
+        return out
+
+    def bisection_bandwidth_Bps(self) -> float:
+        """Bytes/s per direction across the worst cut into two halves (by level capacities)."""
+        t = self._t
+        n = self.num_gpus
+        if n == 1:
+            return 0.0
+        if self.num_domains == 1:
+            kind = t.domain_kind[0]
+            if kind == "nvswitch":
+                return n // 2 * float(t.su_bw.min())
+            if kind == "mesh":
+                half = n // 2
+                return sum(b for r in range(half) for m, (b, _) in t.mesh.get(r, {}).items() if m >= half)
+            return self._host_link(np.arange(n))[0]
+        caps = [float(t.nic_bw.sum()) / 2]
+        caps += [t.uplink_total[k] / 2 for k, block in enumerate(t.blocks) if (block != block[0]).any()]
+        return min(caps)
+
+    def summary(self) -> dict[str, Any]:
+        """What `optlayout topology show` prints."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "gpu": self.gpu.name,
+            "gpus": self.num_gpus,
+            "servers": self.num_servers,
+            "gpus_per_server": self.gpus_per_server,
+            "domains": self.num_domains,
+            "domain_size": self.domain_size,
+            "scale_up": self.scale_up_kinds,
+            "levels": self.levels(),
+            "bisection_bandwidth_Bps": self.bisection_bandwidth_Bps(),
+            "graph_nodes": self.graph.number_of_nodes(),
+            "graph_edges": self.graph.number_of_edges(),
+        }
+
+
+def _level(name: str, kind: str, gpus: int, bw: float, lat: float, oversub: float) -> dict[str, Any]:
+    return {
+        "level": name,
+        "kind": kind,
+        "gpus": int(gpus),
+        "bandwidth_Bps": bw,
+        "latency_s": lat,
+        "oversubscription": oversub,
+    }
