@@ -22,9 +22,9 @@ app = typer.Typer(
 )
 
 # Feature modules: each defines `register(app)`.
-from optlayout.cli import accounting, checkpoint, emit, profile, solve, topology  # noqa: E402
+from optlayout.cli import accounting, checkpoint, emit, profile, runs, solve, topology  # noqa: E402
 
-for _module in (accounting, checkpoint, emit, profile, solve, topology):
+for _module in (accounting, checkpoint, emit, profile, runs, solve, topology):
     _module.register(app)
 
 

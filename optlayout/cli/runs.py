@@ -1,0 +1,116 @@
+"""`optlayout compare` and `optlayout calibrate`: measured runs against the cost model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from optlayout.cli import common
+from optlayout.cost import DEFAULT_PARAMS
+from optlayout.errors import OptlayoutError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_command)
+    app.command("calibrate")(calibrate_command)
+
+
+def _read(runs: Path) -> list:
+    from optlayout.runs.records import read_runs
+
+    return read_runs(runs)
+
+
+def compare_command(
+    runs: Annotated[Path, typer.Argument(help="run records: .jsonl or .csv")],
+    calibration: common.CalibrationOpt = None,
+    no_rank: Annotated[bool, typer.Option("--no-rank", help="skip ranking each measured layout (faster)")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="predicted vs measured PNG (needs matplotlib)")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="self-contained HTML report")] = None,
+    as_json: common.JsonOpt = False,
+) -> None:
+    """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
+    from optlayout.runs.calibrate import load_profile
+    from optlayout.runs.compare import compare_runs
+
+    records = _read(runs)
+    profile = load_profile(calibration) if calibration else None
+
+    def params_for(gpu: str, precision: str):  # noqa: ANN202
+        return profile.params_for(gpu, precision) if profile else DEFAULT_PARAMS
+
+    show_progress = not as_json and common.console.is_terminal
+    with Progress(console=common.err_console, disable=not show_progress, transient=True) as bar:
+        task = bar.add_task("predicting runs", total=len(records))
+        result = compare_runs(
+            records, params_for, rank_layouts=not no_rank, progress=lambda i, n: bar.update(task, completed=i)
+        )
+    if plot is not None:
+        from optlayout.runs.plot import plot_compare
+
+        plot_compare(result, plot)
+    if report is not None:
+        from optlayout.report import compare_report_html, write_report
+
+        write_report(compare_report_html(result), report)
+    if as_json:
+        common.print_json(result)
+        return
+    table = Table(title=f"{len(result['runs'])} runs: measured vs predicted tokens/s/GPU")
+    for col in ("run", "measured", "predicted", "APE", "rank", "solver gain", "filled"):
+        table.add_column(col, justify="right" if col not in ("run", "filled") else "left")
+    for row in result["runs"]:
+        rank = row["measured_layout_rank"]
+        gain = row["solver_predicted_gain"]
+        table.add_row(
+            row["id"],
+            f"{row['measured_tokens_per_s_per_gpu']:,.0f}",
+            f"{row['predicted_tokens_per_s_per_gpu']:,.0f}",
+            f"{row['ape']:.1%}",
+            "" if rank is None else f"{rank}/{row['legal_layouts']}",
+            "" if gain is None else f"{gain:+.1%}",
+            ", ".join(f"{k}={v}" for k, v in row["filled_fields"].items()),
+        )
+    common.console.print(table)
+    s = result["summary"]
+    order = s["pairwise_order_accuracy"]
+    common.console.print(
+        f"n={s['n']}  MAPE {s['mape']:.1%}  median APE {s['median_ape']:.1%}  pairwise order "
+        + ("n/a (no group has two layouts)" if order is None else f"{order:.0%} of {s['pairs']} pairs")
+    )
+
+
+def calibrate_command(
+    runs: Annotated[Path, typer.Argument(help="run records: .jsonl or .csv")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="profile YAML to write")],
+    as_json: common.JsonOpt = False,
+) -> None:
+    """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
+    from optlayout.runs.calibrate import calibrate
+
+    records = _read(runs)
+    if len(records) < 2:
+        raise OptlayoutError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
+    show = not as_json and common.err_console.is_terminal
+    with Progress(console=common.err_console, disable=not show, transient=True) as bar:
+        task = bar.add_task("calibrating", total=None)
+        profile = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
+                            progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
+    profile.save(output)
+    if as_json:
+        common.print_json(profile.model_dump())
+        return
+    rep = profile.report
+    table = Table(title=f"calibration on {rep['runs']} runs -> {output}")
+    table.add_column("MAPE")
+    for col in ("uncalibrated", "cross-validated (leave source out)", "in-sample"):
+        table.add_column(col, justify="right")
+    keys = ("uncalibrated", "cross_validated_by_source", "in_sample")
+    table.add_row("all", *(f"{rep[k]['mape']:.1%}" for k in keys))
+    for source in rep["sources"]:
+        table.add_row(source[:50], *(f"{rep[k]['per_source'][source]:.1%}" for k in keys))
+    common.console.print(table)
