@@ -61,7 +61,10 @@ MaxBatchOpt = Annotated[int | None, typer.Option("--max-global-batch", help="upp
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8")]
 OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="fraction of GPU memory kept free")]
-CalibrationOpt = Annotated[Path | None, typer.Option("--calibration", help="calibration profile YAML")]
+CalibrationOpt = Annotated[
+    str | None,
+    typer.Option("--calibration", help="calibration profile YAML; default: the shipped profile; 'none': raw defaults"),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
@@ -109,13 +112,19 @@ def job_arg(
         raise OptlayoutError(describe_validation_error(exc, "job")) from None
 
 
-def params_arg(calibration: Path | None, gpu: str, precision: str) -> CostParams:
-    """The cost parameters: defaults, or those a calibration profile holds for this GPU and precision."""
-    if calibration is None:
-        return DEFAULT_PARAMS
-    from optlayout.runs.calibrate import load_profile
+def profile_arg(calibration: str | None) -> Any:
+    """The calibration profile: the shipped one by default, a file, or None for `--calibration none`."""
+    from optlayout.runs.calibrate import load_profile, shipped_profile_path
 
-    return load_profile(calibration).params_for(gpu, precision)
+    if calibration is not None and calibration.lower() == "none":
+        return None
+    return load_profile(calibration if calibration is not None else shipped_profile_path())
+
+
+def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:
+    """The cost parameters for a GPU and precision under `--calibration`."""
+    profile = profile_arg(calibration)
+    return profile.params_for(gpu, precision) if profile is not None else DEFAULT_PARAMS
 
 
 def gb(value_bytes: float) -> float:

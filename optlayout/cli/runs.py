@@ -1,4 +1,4 @@
-"""`optlayout compare` and `optlayout calibrate`: measured runs against the cost model."""
+"""`optlayout compare`, `optlayout calibrate` and `optlayout runs from-log`: measured runs against the cost model."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ from optlayout.errors import OptlayoutError
 def register(app: typer.Typer) -> None:
     app.command("compare")(compare_command)
     app.command("calibrate")(calibrate_command)
+    runs_app = typer.Typer(
+        name="runs", help="Measured-run records: make them from training logs.", no_args_is_help=True
+    )
+    runs_app.command("from-log")(from_log_command)
+    app.add_typer(runs_app, name="runs")
 
 
 def _read(runs: Path) -> list:
@@ -34,13 +39,12 @@ def compare_command(
     as_json: common.JsonOpt = False,
 ) -> None:
     """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
-    from optlayout.runs.calibrate import load_profile
     from optlayout.runs.compare import compare_runs
 
     records = _read(runs)
-    profile = load_profile(calibration) if calibration else None
+    profile = common.profile_arg(calibration)
 
-    def params_for(gpu: str, precision: str):  # noqa: ANN202
+    def params_for(gpu: str, precision: str):
         return profile.params_for(gpu, precision) if profile else DEFAULT_PARAMS
 
     show_progress = not as_json and common.console.is_terminal
@@ -114,3 +118,53 @@ def calibrate_command(
     for source in rep["sources"]:
         table.add_row(source[:50], *(f"{rep[k]['per_source'][source]:.1%}" for k in keys))
     common.console.print(table)
+
+
+def from_log_command(
+    log: Annotated[Path, typer.Argument(help="training log (stdout of rank 0 / the last rank)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="runs .jsonl to append the record to")],
+    log_format: Annotated[str, typer.Option("--format", help="megatron | torchtitan")],
+    seq_len: common.SeqLenOpt,
+    global_batch: Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")],
+    layout: Annotated[
+        str, typer.Option("--layout", help="degrees as run, e.g. tp=2,pp=1,cp=1,dp=4,mb=1; fields left out stay null")
+    ],
+    model: common.ModelOpt = None,
+    model_config: common.ModelConfigOpt = None,
+    cluster: common.ClusterOpt = None,
+    precision: common.PrecisionOpt = "bf16",
+    run_id: Annotated[str | None, typer.Option("--id", help="run id (default: the log's file name)")] = None,
+    source: Annotated[str | None, typer.Option("--source", help="where the numbers come from")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", help="logged lines skipped at the start")] = 2,
+    as_json: common.JsonOpt = False,
+) -> None:
+    """Append a run record measured from a Megatron-LM or torchtitan log (median after warm-up)."""
+    import pydantic
+
+    from optlayout.errors import describe_validation_error
+    from optlayout.presets import gpu_preset
+    from optlayout.runs.logs import LOG_FORMATS, append_run, run_from_log
+    from optlayout.runs.records import RunJob
+    from optlayout.topology import parse_cluster_shorthand
+
+    fmt = log_format.strip().lower()
+    if fmt not in LOG_FORMATS:
+        raise OptlayoutError(f"format: expected one of {', '.join(LOG_FORMATS)} (got {log_format!r})")
+    if cluster is None:
+        raise OptlayoutError("cluster: give --cluster gpu=...,gpus=... (the run record keeps the shorthand)")
+    spec = parse_cluster_shorthand(cluster)
+    gpu_preset(spec.gpu)
+    shape = common.model_arg(model, model_config)
+    try:
+        job = RunJob(seq_len=seq_len, global_batch=global_batch, precision=precision)  # type: ignore[arg-type]
+    except pydantic.ValidationError as exc:
+        raise OptlayoutError(describe_validation_error(exc, "job")) from None
+    record = run_from_log(log, fmt, shape, spec, job, layout, run_id=run_id, source=source, warmup=warmup)
+    append_run(record, output)
+    if as_json:
+        common.print_json(record.model_dump(mode="json"))
+        return
+    m = record.measured
+    common.console.print(
+        f"{record.id}: {m.tokens_per_s_per_gpu:,.1f} tokens/s/GPU ({m.derived_from}) -> appended to {output}"
+    )

@@ -1,7 +1,8 @@
-"""`optlayout solve` and `optlayout explain`."""
+"""`optlayout solve` (also goodput-aware, and re-planning with --from-plan) and `optlayout explain`."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,9 @@ import typer
 from rich.table import Table
 
 from optlayout.cli import common
+from optlayout.cost import DEFAULT_PARAMS
 from optlayout.errors import OptlayoutError
+from optlayout.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
 
 PinOpt = Annotated[list[str] | None, typer.Option("--pin", help="fix a field: --pin tp=8 --pin sharding=fsdp")]
 MaxOpt = Annotated[list[str] | None, typer.Option("--max", help="upper bound: --max pp=16")]
@@ -45,8 +48,109 @@ def _max_ints(items: list[str] | None) -> dict[str, int]:
     return out
 
 
+GB = 1e9
+HOUR = 3600.0
+MINUTE = 60.0
+
+ObjectiveOpt = Annotated[
+    str | None,
+    typer.Option("--objective", help="mfu (default): highest throughput; goodput: throughput x effective time"),
+]
+MtbfOpt = Annotated[float | None, typer.Option("--mtbf-hours", help="the job's mean time between failures, hours")]
+FailuresOpt = Annotated[int | None, typer.Option("--failures", help="failures observed over --days (MTBF = days/N)")]
+DaysOpt = Annotated[float | None, typer.Option("--days", help="observation period of --failures, days")]
+GpuRateOpt = Annotated[
+    float | None,
+    typer.Option("--gpu-failure-rate-per-hour", help="failures per GPU-hour; MTBF = 1 / (rate x the layout's GPUs)"),
+]
+StorageOpt = Annotated[
+    float | None, typer.Option("--storage-gbytes-per-s", help="aggregate checkpoint write bandwidth, GB/s")
+]
+PerNodeOpt = Annotated[
+    float | None, typer.Option("--per-node-gbytes-per-s", help="write bandwidth of one node, GB/s (caps x nodes)")
+]
+AsyncOpt = Annotated[
+    bool,
+    typer.Option("--async-checkpoint", help="only the copy to host memory blocks; the write runs in the background"),
+]
+D2hOpt = Annotated[float, typer.Option("--d2h-gbytes-per-s", help="device-to-host copy per GPU (async), GB/s")]
+RestartOpt = Annotated[
+    float, typer.Option("--restart-minutes", help="failure to training again: detect, reschedule, reload")
+]
+StragglerOpt = Annotated[
+    float | None,
+    typer.Option("--straggler-slowdown", help="the slowest rank's slowdown, 0.02 = 2%: throughput / (1 + s)"),
+]
+FromPlanOpt = Annotated[Path | None, typer.Option("--from-plan", help="re-plan a saved plan (--save) on --gpus N GPUs")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", help="with --from-plan: the new GPU count")]
+SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence")]
+
+
+def _positive(flag: str, value: float | None) -> None:
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise OptlayoutError(f"{flag} must be a finite number > 0, got {value:g}")
+
+
+def goodput_inputs(
+    mtbf_hours: float | None,
+    failures: int | None,
+    days: float | None,
+    gpu_rate_per_hour: float | None,
+    storage_gbytes_per_s: float | None,
+    per_node_gbytes_per_s: float | None,
+    asynchronous: bool,
+    d2h_gbytes_per_s: float,
+    restart_minutes: float,
+) -> tuple[object, object]:
+    """(FailureSpec, StorageSpec) from the flags, or (None, None) when none of them is given."""
+    from optlayout.goodput import failure_spec, storage_spec
+
+    for flag, value in (("--mtbf-hours", mtbf_hours), ("--failures", failures), ("--days", days),
+                        ("--gpu-failure-rate-per-hour", gpu_rate_per_hour),
+                        ("--storage-gbytes-per-s", storage_gbytes_per_s),
+                        ("--per-node-gbytes-per-s", per_node_gbytes_per_s),
+                        ("--d2h-gbytes-per-s", d2h_gbytes_per_s)):  # fmt: skip
+        _positive(flag, value)
+    if not math.isfinite(restart_minutes) or restart_minutes < 0:
+        raise OptlayoutError(f"--restart-minutes must be a finite number >= 0, got {restart_minutes:g}")
+    given = (
+        ("--mtbf-hours", mtbf_hours is not None),
+        ("--failures/--days", failures is not None or days is not None),
+        ("--gpu-failure-rate-per-hour", gpu_rate_per_hour is not None),
+    )
+    sources = [name for name, present in given if present]
+    if len(sources) > 1:
+        raise OptlayoutError(f"give one MTBF source, got {' and '.join(sources)}")
+    if storage_gbytes_per_s is None and (per_node_gbytes_per_s is not None or asynchronous):
+        raise OptlayoutError("--per-node-gbytes-per-s and --async-checkpoint need --storage-gbytes-per-s")
+    if not sources and storage_gbytes_per_s is None:
+        return None, None
+    if not sources:
+        raise OptlayoutError("--storage-gbytes-per-s needs an MTBF: --mtbf-hours, --failures/--days or "
+                             "--gpu-failure-rate-per-hour")  # fmt: skip
+    if storage_gbytes_per_s is None:
+        raise OptlayoutError("an MTBF needs --storage-gbytes-per-s (the checkpoint write bandwidth)")
+    if failures is not None or days is not None:
+        if failures is None or days is None:
+            raise OptlayoutError("--failures and --days go together: failures observed over that many days")
+        mtbf_hours = days * 24.0 / failures
+    restart_s = restart_minutes * MINUTE
+    if gpu_rate_per_hour is not None:
+        failure = failure_spec(gpu_failure_rate_per_s=gpu_rate_per_hour / HOUR, restart_s=restart_s)
+    else:
+        assert mtbf_hours is not None
+        failure = failure_spec(mtbf_s=mtbf_hours * HOUR, restart_s=restart_s)
+    storage = storage_spec(
+        write_Bps=storage_gbytes_per_s * GB,
+        per_node_write_Bps=None if per_node_gbytes_per_s is None else per_node_gbytes_per_s * GB,
+        asynchronous=asynchronous,
+        d2h_Bps=d2h_gbytes_per_s * GB,
+    )
+    return failure, storage
+
+
 def solve_command(
-    seq_len: common.SeqLenOpt,
+    seq_len: SeqLenOpt = None,
     model: common.ModelOpt = None,
     model_config: common.ModelConfigOpt = None,
     topology: common.TopologyOpt = None,
@@ -67,21 +171,82 @@ def solve_command(
     max_bubble: Annotated[float | None, typer.Option("--max-bubble", help="bubble fraction limit")] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", help="CP-SAT time limit, s")] = 10.0,
     calibration: common.CalibrationOpt = None,
+    objective: ObjectiveOpt = None,
+    mtbf_hours: MtbfOpt = None,
+    failures: FailuresOpt = None,
+    days: DaysOpt = None,
+    gpu_failure_rate_per_hour: GpuRateOpt = None,
+    storage_gbytes_per_s: StorageOpt = None,
+    per_node_gbytes_per_s: PerNodeOpt = None,
+    async_checkpoint: AsyncOpt = False,
+    d2h_gbytes_per_s: D2hOpt = DEFAULT_D2H_BPS / GB,
+    restart_minutes: RestartOpt = DEFAULT_RESTART_S / MINUTE,
+    straggler_slowdown: StragglerOpt = None,
+    from_plan: FromPlanOpt = None,
+    gpus: GpusOpt = None,
     save: Annotated[Path | None, typer.Option("--save", help="write the plan as JSON")] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
-    """The layouts with the highest predicted MFU, proven optimal within the cost model."""
-    from optlayout.api import solve
+    """The layouts with the highest predicted MFU (or goodput), proven optimal within the cost model;
+    with --from-plan, the best layout of a saved plan on another GPU count and what changes."""
+    from optlayout.api import replan, solve
+    from optlayout.topology import resolve_cluster
 
-    shape = common.model_arg(model, model_config)
-    topo = common.cluster_arg(topology, cluster)
-    job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
-                         precision, optimizer_bytes, headroom)  # fmt: skip
-    plan = solve(
-        shape, topo, job, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_), exclude=_excludes(exclude),
-        params=common.params_arg(calibration, topo.gpu.name, precision), time_limit_s=time_limit,
-        allow_idle_gpus=allow_idle, allow_tp_beyond_domain=allow_tp_beyond_domain, max_bubble_fraction=max_bubble,
-    )  # fmt: skip
+    failure, storage = goodput_inputs(
+        mtbf_hours,
+        failures,
+        days,
+        gpu_failure_rate_per_hour,
+        storage_gbytes_per_s,
+        per_node_gbytes_per_s,
+        async_checkpoint,
+        d2h_gbytes_per_s,
+        restart_minutes,
+    )
+    switches = dict(allow_idle_gpus=allow_idle, allow_tp_beyond_domain=allow_tp_beyond_domain,
+                    max_bubble_fraction=max_bubble)  # fmt: skip
+    if (topology is not None) and (cluster is not None):
+        raise OptlayoutError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+    source = topology if topology is not None else cluster
+    if from_plan is not None:
+        job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
+                                    ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
+                                    ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch))
+                     if v is not None]  # fmt: skip
+        if job_flags:
+            raise OptlayoutError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
+        if gpus is None and source is None:
+            raise OptlayoutError("--from-plan needs --gpus N (or the new --cluster/--topology)")
+        from optlayout.plan import Plan
+
+        old = Plan.load(from_plan)
+        params = DEFAULT_PARAMS
+        if calibration is not None:
+            gpu_name = resolve_cluster(source).gpu.name if source is not None else _plan_gpu(old)
+            params = common.params_arg(calibration, gpu_name, old.job.precision)
+        plan = replan(
+            old, gpus, cluster=source, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_),
+            exclude=_excludes(exclude), params=params,
+            time_limit_s=time_limit, objective=objective,
+            failure=failure, storage=storage, straggler_slowdown=straggler_slowdown, **switches,
+        )  # fmt: skip
+    else:
+        if gpus is not None:
+            raise OptlayoutError("--gpus goes with --from-plan; for a new solve give the cluster's gpus= count")
+        if seq_len is None:
+            raise OptlayoutError("--seq-len is required (or re-plan a saved plan with --from-plan)")
+        if source is None:
+            raise OptlayoutError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+        shape = common.model_arg(model, model_config)
+        job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
+                             precision, optimizer_bytes, headroom)  # fmt: skip
+        params = DEFAULT_PARAMS if calibration is None else common.params_arg(
+            calibration, resolve_cluster(source).gpu.name, precision)  # fmt: skip
+        plan = solve(
+            shape, source, job, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_), exclude=_excludes(exclude),
+            params=params, time_limit_s=time_limit, objective=objective or "mfu", failure=failure, storage=storage,
+            straggler_slowdown=straggler_slowdown or 0.0, **switches,
+        )  # fmt: skip
     if save is not None:
         plan.save(save)
     if as_json:
@@ -94,12 +259,26 @@ def solve_command(
         raise typer.Exit(1)
 
 
-def plan_json(plan: object) -> dict:
-    """The `--json` schema: status, solve_time_s, layouts [{layout, prediction}], and the plan's context."""
+def _plan_gpu(plan: object) -> str:
     from optlayout.plan import Plan
 
     assert isinstance(plan, Plan)
-    return {
+    if plan.cluster is not None:
+        return plan.cluster.gpu
+    if plan.topology_doc is not None:
+        return str(plan.topology_doc.get("gpu", ""))
+    return ""
+
+
+def plan_json(plan: object) -> dict:
+    """The `--json` schema: status, solve_time_s, layouts [{layout, prediction}], and the plan's context.
+
+    Added without changing the keys above: `objective`; per layout `goodput` (with failure and storage
+    inputs) and `straggler` (with a slowdown); `replanned_from` and `changes` after --from-plan."""
+    from optlayout.plan import Plan
+
+    assert isinstance(plan, Plan)
+    out = {
         "schema_version": plan.schema_version,
         "status": plan.status,
         "solve_time_s": round(plan.solve_time_s, 4),
@@ -108,12 +287,30 @@ def plan_json(plan: object) -> dict:
         "model": plan.model.name,
         "topology": plan.topology_name,
         "gpus": plan.gpus,
+        "objective": plan.objective,
         "diagnosis": plan.diagnosis,
-        "layouts": [
-            {"rank": p.rank, "layout": p.layout.model_dump(mode="json"), "prediction": p.prediction.model_dump()}
-            for p in plan.layouts
-        ],
+        "layouts": [_layout_json(p) for p in plan.layouts],
     }
+    if plan.replan is not None:
+        out["replanned_from"] = {
+            "gpus": plan.replan.from_gpus,
+            "layout": None if plan.replan.from_layout is None else plan.replan.from_layout.model_dump(mode="json"),
+            "reshard_checkpoint": plan.replan.reshard,
+        }
+        out["changes"] = [c.model_dump(mode="json") for c in plan.replan.changes]
+    return out
+
+
+def _layout_json(p: object) -> dict:
+    from optlayout.plan import PlannedLayout
+
+    assert isinstance(p, PlannedLayout)
+    row = {"rank": p.rank, "layout": p.layout.model_dump(mode="json"), "prediction": p.prediction.model_dump()}
+    if p.goodput is not None:
+        row["goodput"] = p.goodput.model_dump(mode="json")
+    if p.straggler is not None:
+        row["straggler"] = p.straggler.model_dump()
+    return row
 
 
 def print_plan(plan: object) -> None:
@@ -128,23 +325,83 @@ def print_plan(plan: object) -> None:
     con.print(
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "
         f"[bold]{plan.status}[/bold] in {plan.solve_time_s:.3f} s over {plan.candidates} candidates"
+        + (" (objective: goodput)" if plan.objective == "goodput" else "")
     )
+    has_goodput = any(p.goodput is not None for p in plan.layouts)
     table = Table()
-    for col in ("#", "tp", "pp", "vp", "cp", "dp", "mb", "ga", "sharding", "recompute", "sp", "MFU", "tok/s/GPU",
-                "step s", "mem GB", "bubble"):  # fmt: skip
+    cols = ["#", "tp", "pp", "vp", "cp", "dp", "mb", "ga", "sharding", "recompute", "sp", "MFU", "tok/s/GPU",
+            "step s", "mem GB", "bubble"]  # fmt: skip
+    if has_goodput:
+        cols += ["ckpt s", "eff. time", "goodput tok/s/GPU"]
+    for col in cols:
         table.add_column(col, justify="right")
     for p in plan.layouts:
         lay, pred = p.layout, p.prediction
-        table.add_row(
+        row = [
             str(p.rank), str(lay.tp), str(lay.pp), str(lay.vp), str(lay.cp), str(lay.dp), str(lay.micro_batch),
             str(lay.grad_accum), lay.sharding.value, lay.recompute.value, "y" if lay.sequence_parallel else "",
             f"{pred.mfu:.1%}", f"{pred.tokens_per_s_per_gpu:,.0f}", f"{pred.step_time_s:.2f}",
             f"{pred.memory_per_gpu_bytes / 1e9:.1f}", f"{pred.bubble_fraction:.1%}",
-        )  # fmt: skip
+        ]  # fmt: skip
+        if has_goodput:
+            g = p.goodput
+            row += ["", "", ""] if g is None else [
+                f"{g.checkpoint_s:.3g}", f"{g.effective_time_fraction:.2%}", f"{g.goodput_tokens_per_s_per_gpu:,.0f}",
+            ]  # fmt: skip
+        table.add_row(*row)
     con.print(table)
     best = plan.layouts[0]
     for p in plan.layouts[1:]:
-        con.print(f"  #{p.rank}: " + why_it_lost(p.layout, p.prediction, best.layout, best.prediction, plan.job))
+        faster = p.prediction.tokens_per_s_per_gpu >= best.prediction.tokens_per_s_per_gpu
+        if plan.objective == "goodput" and faster and p.goodput is not None and best.goodput is not None:
+            con.print(
+                f"  #{p.rank}: as fast or faster but pauses {p.goodput.checkpoint_s:.3g} s per checkpoint against "
+                f"{best.goodput.checkpoint_s:.3g} s: effective time {p.goodput.effective_time_fraction:.2%} vs "
+                f"{best.goodput.effective_time_fraction:.2%}"
+            )
+        else:
+            con.print(f"  #{p.rank}: " + why_it_lost(p.layout, p.prediction, best.layout, best.prediction, plan.job))
+    if best.goodput is not None:
+        g = best.goodput
+        how = (
+            f"async: {g.staged_bytes_per_gpu / 1e9:.3g} GB/GPU copied to host, {g.write_s:.3g} s background write"
+            if g.asynchronous
+            else "synchronous write"
+        )
+        con.print(
+            f"checkpoint: {g.checkpoint_bytes / 1e9:,.0f} GB of weights + optimizer state ({how}); MTBF "
+            f"{g.mtbf_s / HOUR:.3g} h, checkpoint every {(g.interval_s or 0) / MINUTE:.3g} min ({g.method}), effective "
+            f"time {g.effective_time_fraction:.2%}, goodput {g.goodput_tokens_per_s_per_gpu:,.0f} tok/s/GPU"
+        )
+    if best.straggler is not None:
+        s = best.straggler
+        con.print(
+            f"stragglers: slowest rank {s.slowdown:.1%} slower -> step {s.step_time_s:.3g} s, "
+            f"{s.tokens_per_s_per_gpu:,.0f} tok/s/GPU, MFU {s.mfu:.1%} (all layouts / {1 + s.slowdown:.4g})"
+        )
+    if plan.replan is not None:
+        con.print(replan_line(plan), soft_wrap=True)
+
+
+def replan_line(plan: object) -> str:
+    """One line: where the re-plan came from, which dimensions change, whether the checkpoint reshards."""
+    from optlayout.plan import Plan
+
+    assert isinstance(plan, Plan) and plan.replan is not None
+    r = plan.replan
+    head = f"re-planned from {r.from_gpus} to {plan.gpus} GPUs"
+    if r.from_layout is None:
+        return head + " (the saved plan had no layout to compare with)"
+    if not r.changes:
+        return head + f": same layout ({r.from_layout.short()}); the checkpoint loads as it is"
+    changed = ", ".join(c.text() for c in r.changes)
+    reshard = [c.dim for c in r.changes if c.reshards_checkpoint]
+    tail = (
+        f"the checkpoint must be resharded on load ({', '.join(reshard)})"
+        if reshard
+        else "the checkpoint loads as it is (no sharded dimension changes)"
+    )
+    return f"{head}: changes {changed}; {tail}"
 
 
 def explain_command(

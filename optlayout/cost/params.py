@@ -85,6 +85,12 @@ class CostParams(BaseModel):
         description="bytes moved per logit by the vocab-parallel cross-entropy (fp32 read/write of logits, softmax "
         "and its gradient: ~4 passes x 4 B). Source: Megatron vocab_parallel_cross_entropy.",
     )
+    fp8_cast_bytes_per_element: float = Field(
+        3.0,
+        ge=0,
+        description="bytes moved per GEMM-input element to cast it to FP8 (read 2 B bf16, write 1 B). Source: "
+        "Transformer Engine quantizes each Linear input (and output gradient) before the FP8 GEMM.",
+    )
     collective_efficiency: float = Field(
         0.85,
         gt=0,

@@ -94,7 +94,8 @@ def layer_times(
     hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
     bf16_peak = gpu.peak_flops_for("bf16") if "bf16" in gpu.peak_flops else gpu.peak_flops_for(job.precision)
     if job.attention_kernel == "flash":
-        attention = attn_flops / (bf16_peak * params.attention_efficiency) + params.kernel_overhead_s
+        # ring attention (CP) runs the kernel once per K/V chunk
+        attention = attn_flops / (bf16_peak * params.attention_efficiency) + layout.cp * params.kernel_overhead_s
     else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
         scores = model.heads / t * tokens * job.seq_len * causal
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
@@ -104,6 +105,8 @@ def layer_times(
         tokens * h / sp_div * (params.elementwise_bytes_per_token_hidden + dropout_bytes)
         + tokens * f / t * params.elementwise_bytes_per_token_ffn
     )
+    if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
+        elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * (2 * h + dq / t + f / t)
     elementwise = elementwise_bytes / hbm + 8 * params.kernel_overhead_s
     # TP: 2 all-reduces per forward (or 2 all-gathers + 2 reduce-scatters with SP: same volume).
     activation = 2.0 * tokens * h

@@ -32,6 +32,7 @@ FITTED: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.3, 0.95),
     "attention_efficiency": (0.1, 0.9),
     "collective_efficiency": (0.3, 1.0),
+    "tp_comm_overlap": (0.0, 0.95),
     "dp_comm_overlap": (0.0, 1.0),
 }
 MIN_RUNS_PER_KEY = 8  # fewer runs than this for a GPU/precision: use the global fit
@@ -120,6 +121,9 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
     """Robust least squares on log errors over the given runs."""
     if not cases:
         return base
+    names = identifiable(cases, base, names)
+    if not names:
+        return base
     measured = np.array([c.prediction.record.measured.tokens_per_s_per_gpu for c in cases])
     lo = np.array([FITTED[n][0] for n in names])
     hi = np.array([FITTED[n][1] for n in names])
@@ -132,6 +136,21 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
 
     result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return _with(base, names, result.x)
+
+
+def identifiable(cases: Sequence[_Case], base: CostParams, names: Sequence[str]) -> list[str]:
+    """The constants these runs can inform: moving one across its range must move some prediction by more
+    than 0.1% (TP overlap is not identifiable from runs without TP, say); the others keep `base`'s value."""
+    reference = np.array([c.predicted_tps(base) for c in cases])
+    keep = []
+    for name in names:
+        lo, hi = FITTED[name]
+        for probe in (lo, hi):
+            moved = np.array([c.predicted_tps(base.model_copy(update={name: probe})) for c in cases])
+            if np.max(np.abs(moved / reference - 1)) > 1e-3:
+                keep.append(name)
+                break
+    return keep
 
 
 def _ape(case: _Case, params: CostParams) -> float:
