@@ -1,0 +1,317 @@
+"""Measured runs: reading records, predicting and comparing them, calibration, and training-log parsing."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from optlayout.cost import Prediction
+from optlayout.errors import OptlayoutError
+from optlayout.presets import model_preset
+from optlayout.runs.calibrate import load_profile
+from optlayout.runs.compare import pairwise_order
+from optlayout.runs.logs import append_run, measure_megatron, measure_torchtitan, run_from_log, run_layout
+from optlayout.runs.predict import RunPrediction, predict_run
+from optlayout.runs.records import LAYOUT_FIELDS, RunJob, RunLayout, RunRecord, read_runs
+from optlayout.specs import Layout
+from optlayout.topology import parse_cluster_shorthand
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runs"
+RUNS_JSONL = FIXTURES / "runs.jsonl"
+RUNS_CSV = FIXTURES / "runs.csv"
+MEGATRON_LOG = FIXTURES / "megatron_llama31_8b.log"
+TITAN_LOG = FIXTURES / "torchtitan_llama31_8b.log"
+
+RUN_KEYS = {
+    "id",
+    "measured_tokens_per_s_per_gpu",
+    "predicted_tokens_per_s_per_gpu",
+    "ape",
+    "filled_fields",
+    "measured_layout_rank",
+    "legal_layouts",
+}
+SUMMARY_KEYS = {"n", "mape", "median_ape", "pairwise_order_accuracy"}
+
+
+def _raw_runs() -> dict[str, dict]:
+    return {raw["id"]: raw for raw in map(json.loads, RUNS_JSONL.read_text().splitlines())}
+
+
+def _one_line_error(proc, *needles: str) -> str:
+    """Exit status 2, one line on stderr starting with `error:`, naming each needle."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    message = proc.stderr.strip()
+    assert message.startswith("error:") and "\n" not in message, message
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in message, (needle, message)
+    return message
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """`optlayout compare runs.jsonl --json --plot out.png` on the fixture, run once for several tests."""
+    from tests.conftest import run_cli
+
+    png = tmp_path_factory.mktemp("compare") / "out.png"
+    proc = run_cli("compare", str(RUNS_JSONL), "--json", "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), png
+
+
+# --- records -------------------------------------------------------------------------------------------
+
+
+def test_read_runs_jsonl_and_csv_give_the_same_records():
+    jsonl = {r.id: r for r in read_runs(RUNS_JSONL)}
+    csv_records = read_runs(RUNS_CSV)
+    assert 5 <= len(jsonl) <= 8 and 3 <= len(csv_records) <= 4
+    for record in csv_records:
+        assert record == jsonl[record.id]
+        assert record.layout.unknown() == jsonl[record.id].layout.unknown()  # empty cells stay null
+
+
+def test_null_layout_fields_are_filled_and_reported():
+    record = read_runs(RUNS_JSONL)[0]
+    assert record.layout.unknown(), "the fixture's first run leaves some layout fields unpublished"
+    pred = predict_run(record)
+    assert set(pred.filled_fields) == set(record.layout.unknown())
+    for key, value in record.layout.known().items():  # published fields are kept as published
+        assert getattr(pred.layout, key) == value
+    # Leave the degrees unpublished too: the solver fills them, consistent with the GPU count.
+    sparse = record.model_copy(update={"layout": RunLayout(cp=2, micro_batch=1)})
+    filled = predict_run(sparse)
+    assert {"tp", "pp", "dp"} <= set(filled.filled_fields)
+    assert filled.layout.cp == 2 and filled.layout.gpus == record.cluster.gpus
+    assert filled.filled_fields["dp"] == filled.layout.dp
+
+
+# --- compare ---------------------------------------------------------------------------------------------
+
+
+def test_compare_json_schema_ape_and_rank(compared):
+    result, _png = compared
+    raw = _raw_runs()
+    assert set(result) >= {"runs", "summary"}
+    assert set(result["summary"]) >= SUMMARY_KEYS
+    assert [row["id"] for row in result["runs"]] == list(raw)
+    for row in result["runs"]:
+        assert set(row) >= RUN_KEYS, RUN_KEYS - set(row)
+        published = raw[row["id"]]
+        measured = published["measured"]["tokens_per_s_per_gpu"]
+        assert row["measured_tokens_per_s_per_gpu"] == measured
+        by_hand = abs(row["predicted_tokens_per_s_per_gpu"] - measured) / measured
+        assert row["ape"] == pytest.approx(by_hand, rel=1e-12)
+        assert set(row["filled_fields"]) == {k for k in LAYOUT_FIELDS if published["layout"][k] is None}
+        assert isinstance(row["legal_layouts"], int) and row["legal_layouts"] >= 1
+        assert 1 <= row["measured_layout_rank"] <= row["legal_layouts"]
+    summary = result["summary"]
+    apes = [row["ape"] for row in result["runs"]]
+    assert summary["n"] == len(raw)
+    assert summary["mape"] == pytest.approx(statistics.mean(apes))
+    assert summary["median_ape"] == pytest.approx(statistics.median(apes))
+    # The calibration set has no group (model, cluster, job) with two different layouts: the two
+    # Llama 3.1 8B / 8 x H100 / 8192 / 128 / bf16 runs share theirs, so no pair is ranked here.
+    assert summary["pairs"] == 0 and summary["pairwise_order_accuracy"] is None
+
+
+def test_compare_plot_writes_a_png(compared):
+    _result, png = compared
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _prediction(record: RunRecord, layout: Layout, predicted: float) -> RunPrediction:
+    return RunPrediction(record, layout, {}, Prediction.model_construct(tokens_per_s_per_gpu=predicted))
+
+
+def test_pairwise_order_accuracy_on_a_hand_built_set():
+    base = read_runs(RUNS_JSONL)[0]
+
+    def run(run_id: str, measured: float, global_batch: int = 128) -> RunRecord:
+        job = base.job.model_copy(update={"global_batch": global_batch})
+        return base.model_copy(
+            update={
+                "id": run_id,
+                "job": job,
+                "measured": base.measured.model_copy(update={"tokens_per_s_per_gpu": measured}),
+            }
+        )
+
+    a, b, c = Layout(dp=8, grad_accum=16), Layout(tp=2, dp=4, grad_accum=32), Layout(tp=4, dp=2, grad_accum=64)
+    preds = [
+        # group of batch 128: measured 100 < 200 < 300; predicted 150, 120, 400
+        _prediction(run("a", 100), a, 150),
+        _prediction(run("b", 200), b, 120),
+        _prediction(run("c", 300), c, 400),
+        # group of batch 256: one pair with equal measured throughput, one pair with the same layout
+        _prediction(run("d", 50, 256), a, 10),
+        _prediction(run("e", 50, 256), b, 20),
+        _prediction(run("f", 70, 256), a, 30),
+    ]
+    # Pairs: (a,b) disagree, (a,c) agree, (b,c) agree; (d,e) equal measured: skipped; (d,f) same layout:
+    # skipped; (e,f): measured e < f, predicted e < f: agree. 3 of 4.
+    accuracy, pairs = pairwise_order(preds)
+    assert pairs == 4
+    assert accuracy == pytest.approx(3 / 4)
+    assert pairwise_order(preds[:1]) == (None, 0)
+
+
+# --- calibration -----------------------------------------------------------------------------------------
+
+
+def test_calibrate_writes_a_profile_that_changes_predictions(cli, tmp_path, compared):
+    profile_path = tmp_path / "profile.yaml"
+    proc = cli("calibrate", str(RUNS_JSONL), "-o", str(profile_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    profile = load_profile(profile_path)
+    cv = profile.report["cross_validated_by_source"]
+    sources = {raw["source"] for raw in _raw_runs().values()}
+    assert set(cv["per_source"]) == sources and len(sources) >= 2
+    assert all(isinstance(v, float) and v >= 0 for v in cv["per_source"].values())
+    assert profile.report["runs"] == len(_raw_runs())
+
+    proc = cli("compare", str(RUNS_JSONL), "--calibration", str(profile_path), "--no-rank", "--json")
+    assert proc.returncode == 0, proc.stderr
+    calibrated = {row["id"]: row["predicted_tokens_per_s_per_gpu"] for row in json.loads(proc.stdout)["runs"]}
+    default = {row["id"]: row["predicted_tokens_per_s_per_gpu"] for row in compared[0]["runs"]}
+    assert calibrated.keys() == default.keys()
+    assert any(calibrated[k] != pytest.approx(default[k], rel=1e-6) for k in default)
+
+
+# --- bad input ---------------------------------------------------------------------------------------------
+
+
+def test_runs_file_with_a_malformed_line(cli, tmp_path):
+    lines = RUNS_JSONL.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([lines[0], lines[1][:-20], *lines[2:]]) + "\n")
+    _one_line_error(cli("compare", str(bad), "--no-rank"), "bad.jsonl line 2", "not valid JSON")
+
+
+def test_runs_file_with_a_missing_field(cli, tmp_path):
+    raw = json.loads(RUNS_JSONL.read_text().splitlines()[0])
+    del raw["model"]["hidden"]
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(json.dumps(raw) + "\n")
+    _one_line_error(cli("compare", str(missing), "--no-rank"), "line 1", "model.hidden")
+
+
+def test_empty_runs_file(cli, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    _one_line_error(cli("calibrate", str(empty), "-o", str(tmp_path / "p.yaml")), "empty.jsonl", "no run records")
+
+
+def test_profile_of_the_wrong_schema(cli, tmp_path):
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("schema_version: 7\nfitted_on: x\nfitted: []\ndefault: {}\n")
+    _one_line_error(cli("compare", str(RUNS_JSONL), "--calibration", str(wrong), "--no-rank"), "version-1")
+
+
+# --- training logs ----------------------------------------------------------------------------------------
+
+# Copied by hand from the fixture: iterations 1-2 are warm-up, iteration 6 reports a skipped iteration.
+MEGATRON_USED_MS = {3: 12921.3, 4: 12895.8, 5: 12934.0, 7: 12907.2, 8: 12942.6, 9: 12889.1, 10: 12916.7}
+MEGATRON_USED_TFLOPS = [506.7, 507.7, 506.2, 507.3, 505.9, 508.0, 506.9]
+# Steps 1 and 10 are warm-up; the `validate step: 50` line is not a training step.
+TITAN_USED_TPS = {20: 7031, 30: 7018, 40: 7046, 50: 7012, 60: 7039, 70: 7027, 80: 7050, 90: 7008}
+
+
+def test_megatron_log_tokens_per_s_per_gpu_by_hand():
+    text = MEGATRON_LOG.read_text()
+    for ms in MEGATRON_USED_MS.values():
+        assert f"elapsed time per iteration (ms): {ms:.1f} |" in text
+    m = measure_megatron(text, seq_len=8192, global_batch=128, gpus=8, name=MEGATRON_LOG.name)
+    median_s = statistics.median(MEGATRON_USED_MS.values()) / 1000  # 12.9167 s
+    assert m.tokens_per_s_per_gpu == pytest.approx(128 * 8192 / median_s / 8, rel=1e-12)
+    assert m.tokens_per_s_per_gpu == pytest.approx(10147.48, abs=0.01)
+    assert m.iterations == tuple(MEGATRON_USED_MS)
+    assert m.derived_from.startswith("megatron log: median of 7 iterations (3..10")
+    assert "elapsed time per iteration" in m.derived_from
+    assert m.source_tflops_per_gpu == pytest.approx(statistics.median(MEGATRON_USED_TFLOPS))
+    assert m.source_mfu is None  # Megatron logs TFLOP/s only
+
+
+def test_megatron_log_skips_nan_iterations_and_more_warmup():
+    text = MEGATRON_LOG.read_text()
+    line8 = next(ln for ln in text.splitlines() if "iteration        8/" in ln)
+    text = text.replace(line8, line8.replace("number of nan iterations:   0", "number of nan iterations:   1"))
+    m = measure_megatron(text, seq_len=8192, global_batch=128, gpus=8, warmup=4)
+    assert m.iterations == (5, 7, 9, 10)
+
+
+def test_torchtitan_log_tps_by_hand():
+    text = TITAN_LOG.read_text()
+    m = measure_torchtitan(text, seq_len=8192, global_batch=8, name=TITAN_LOG.name)
+    # torchtitan's tps = local tokens / (time x non-data-parallel GPUs): already tokens/s per GPU
+    assert m.tokens_per_s_per_gpu == statistics.median(TITAN_USED_TPS.values()) == 7029.0
+    assert m.iterations == tuple(TITAN_USED_TPS)
+    assert m.derived_from.startswith("torchtitan log: median of 8 steps (20..90, every 10)")
+    assert m.source_mfu == pytest.approx(0.412, abs=5e-4)
+    assert m.source_tflops_per_gpu == pytest.approx(407.5, abs=0.1)
+
+
+def test_torchtitan_nan_loss_lines_are_left_out():
+    lines = TITAN_LOG.read_text().splitlines()
+    k = next(i for i, ln in enumerate(lines) if "step: 40 " in ln)
+    lines[k] = lines[k].replace("loss:  7.9915", "loss:     nan")
+    m = measure_torchtitan("\n".join(lines), seq_len=8192, global_batch=8)
+    assert 40 not in m.iterations and len(m.iterations) == 7
+    assert "1 with skipped/NaN iterations left out" in m.derived_from
+
+
+def test_log_errors_are_one_line():
+    with pytest.raises(OptlayoutError, match="has no megatron iteration lines"):
+        measure_megatron(TITAN_LOG.read_text(), seq_len=8192, global_batch=8, gpus=8, name="titan.log")
+    with pytest.raises(OptlayoutError, match="has no torchtitan step lines"):
+        measure_torchtitan("nothing here\n", seq_len=8192, global_batch=8)
+    with pytest.raises(OptlayoutError, match=r"global batch size 128, but the job's global_batch is 256") as err:
+        measure_megatron(MEGATRON_LOG.read_text(), seq_len=8192, global_batch=256, gpus=8)
+    assert "\n" not in str(err.value)
+    with pytest.raises(OptlayoutError, match=r"states global_batch = 8, but the job's global_batch is 16"):
+        measure_torchtitan(TITAN_LOG.read_text(), seq_len=8192, global_batch=16)
+    with pytest.raises(OptlayoutError, match=r"states seq_len = 8192"):
+        measure_megatron(MEGATRON_LOG.read_text(), seq_len=4096, global_batch=128, gpus=8)
+
+
+def test_run_layout_keeps_unstated_fields_null():
+    layout = run_layout("tp=2,dp=4,mb=1,sharding=zero1,sp")
+    assert layout.known() == {"tp": 2, "dp": 4, "micro_batch": 1, "sharding": "zero1", "sequence_parallel": True}
+    assert set(layout.unknown()) == {"pp", "cp", "vp", "recompute"}
+    with pytest.raises(OptlayoutError, match="first_stage_layers"):
+        run_layout("tp=1,pp=2,first=3")
+
+
+def test_cli_from_log_appends_records_that_feed_compare(cli, tmp_path):
+    out = tmp_path / "runs.jsonl"
+    common = ["--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "8192", "-o", str(out)]
+    proc = cli("runs", "from-log", str(MEGATRON_LOG), "--format", "megatron", "--global-batch", "128",
+               "--layout", "tp=1,pp=1,cp=2,dp=4,mb=1", "--id", "meg", *common)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # the library entry point appends to the same file (one CLI start less)
+    titan_record = run_from_log(TITAN_LOG, "torchtitan", model_preset("llama3.1-8b"),
+                                parse_cluster_shorthand("gpu=h100-sxm,gpus=8"), RunJob(seq_len=8192, global_batch=8),
+                                "dp=8,sharding=fsdp,recompute=selective", run_id="titan")  # fmt: skip
+    append_run(titan_record, out)
+    records = {r.id: r for r in read_runs(out)}
+    assert list(records) == ["meg", "titan"]
+    meg, titan = records["meg"], records["titan"]
+    assert meg.layout.unknown() == ["vp", "sharding", "recompute", "sequence_parallel"]
+    assert titan.layout.known() == {"dp": 8, "sharding": "fsdp", "recompute": "selective"}
+    assert meg.measured.tokens_per_s_per_gpu == pytest.approx(10147.48, abs=0.01)
+    assert meg.measured.source_tflops_per_gpu == pytest.approx(506.9)
+    assert titan.measured.tokens_per_s_per_gpu == 7029.0 and titan.measured.source_mfu == pytest.approx(0.412, abs=5e-4)
+    assert "median of 7 iterations (3..10" in meg.measured.derived_from
+    # the same id again is refused (a wrong global batch: test_log_errors_are_one_line)
+    with pytest.raises(OptlayoutError, match="already holds a run with id 'titan'"):
+        append_run(titan_record, out)
+    proc = cli("compare", str(out), "--no-rank", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["runs"]
+    assert [row["id"] for row in rows] == ["meg", "titan"]
+    assert rows[0]["measured_tokens_per_s_per_gpu"] == pytest.approx(10147.48, abs=0.01)
+    assert set(rows[1]["filled_fields"]) == {"tp", "pp", "cp", "vp", "micro_batch", "sequence_parallel"}
