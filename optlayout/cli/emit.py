@@ -11,6 +11,7 @@ import typer
 from optlayout.emit import DEFAULT_ORDER, FORMATS, emit
 from optlayout.errors import OptlayoutError, describe_validation_error
 from optlayout.layout_text import parse_layout
+from optlayout.plan import Plan
 from optlayout.presets import model_from_hf_config, model_preset
 from optlayout.specs import JobSpec, ModelSpec
 
@@ -36,8 +37,12 @@ def register(app: typer.Typer) -> None:
     @app.command("emit")
     def emit_command(
         fmt: Annotated[str, typer.Option("--format", "-f", help=f"one of: {', '.join(FORMATS)}")],
-        layout: Annotated[str, typer.Option("--layout", help='e.g. "tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,sp"')],
-        seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length in tokens")],
+        layout: Annotated[
+            str | None, typer.Option("--layout", help='e.g. "tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,sp"')
+        ] = None,
+        seq_len: Annotated[int | None, typer.Option("--seq-len", help="sequence length in tokens")] = None,
+        plan: Annotated[Path | None, typer.Option("--plan", help="a plan saved by `solve --save`")] = None,
+        rank: Annotated[int, typer.Option("--rank", help="which layout of the plan (1 = best)")] = 1,
         model: Annotated[str | None, typer.Option("--model", help="model preset, e.g. llama3-70b")] = None,
         model_config: Annotated[Path | None, typer.Option("--model-config", help="Hugging Face config.json")] = None,
         global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
@@ -50,16 +55,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print launcher flags or a config file for one layout."""
         hosts = [h.strip() for h in hostnames.split(",") if h.strip()] if hostnames else None
-        text = emit(
-            fmt,
-            load_model(model, model_config),
-            make_job(seq_len, global_batch, precision),
-            parse_layout(layout),
-            gpus_per_node,
-            overrides=overrides,
-            order=order,
-            hostnames=hosts,
-        )
+        if plan is not None:
+            if layout is not None or model is not None or model_config is not None or seq_len is not None:
+                raise OptlayoutError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len")
+            saved = Plan.load(plan)
+            chosen = saved.layout_at(rank)
+            spec, job, lay, per_node = saved.model, saved.job, chosen.layout, saved.gpus_per_server
+        else:
+            if layout is None or seq_len is None:
+                raise OptlayoutError("emit: give --plan plan.json, or --layout with --seq-len and --model")
+            spec, job = load_model(model, model_config), make_job(seq_len, global_batch, precision)
+            lay, per_node = parse_layout(layout), gpus_per_node
+        text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts)
         if output is None:
             typer.echo(text, nl=False)
         else:

@@ -8,7 +8,14 @@ from pydantic import BaseModel
 
 from optlayout.cost.comm import GroupLinks, LinkSource, group_links
 from optlayout.cost.flops import hardware_flops_per_token, mfu, model_flops_per_token
-from optlayout.cost.memory import MemoryBreakdown, memory_per_gpu, stage_layer_counts, stage_params, usable_memory_bytes
+from optlayout.cost.memory import (
+    MemoryBreakdown,
+    memory_per_gpu,
+    stage_layer_counts,
+    stage_params,
+    usable_memory_bytes,
+    vp_fits,
+)
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.cost.step import TimeBreakdown, step_time
 from optlayout.errors import OptlayoutError
@@ -64,8 +71,8 @@ def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -
     except ValueError as exc:
         problems.append(str(exc))
         counts = []
-    if layout.vp > 1 and any(n % layout.vp for n in counts):
-        problems.append(f"layers per stage {sorted(set(counts))} not divisible by vp ({layout.vp})")
+    if layout.vp > 1 and counts and not vp_fits(counts, layout.vp):
+        problems.append(f"layers per stage {sorted(set(counts))} cannot be split into vp ({layout.vp}) chunks")
     if layout.vp > 1 and layout.grad_accum % layout.pp:
         problems.append(f"interleaved schedule needs micro-batches ({layout.grad_accum}) divisible by pp ({layout.pp})")
     if layout.pp > 1 and layout.grad_accum < layout.pp:

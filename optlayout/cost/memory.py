@@ -97,6 +97,13 @@ def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
     return best
 
 
+def vp_fits(counts: list[int] | set[int], vp: int) -> bool:
+    """Whether `vp` virtual chunks per stage are legal: the fullest stages split evenly, and every stage
+    keeps at least one layer per chunk (shorter first/last stages get one shorter chunk, as Llama 3's
+    126 layers on 16 stages do; Megatron's `--pipeline-model-parallel-layout` expresses it)."""
+    return max(counts) % vp == 0 and min(counts) >= vp
+
+
 def stage_params(model: ModelSpec, layout: Layout, stage: int, layers_on_stage: int) -> float:
     """Parameters held by one GPU of a stage (TP-sharded; vocab-parallel embedding and output layer)."""
     total = layers_on_stage * model.layer_params

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from optlayout.cost.memory import split_layers, stage_layer_counts
+from optlayout.cost.memory import split_layers, stage_layer_counts, vp_fits
 from optlayout.errors import OptlayoutError
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
@@ -135,7 +135,7 @@ def _rest(
     full_dp = gpus // (tp * cp * pp)
     dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
     counts = set(stage_layer_counts(model.layers, pp, first, last))
-    vps = [v for v in range(1, options.max_vp + 1) if (v == 1 or pp > 1) and all(c % v == 0 for c in counts)]
+    vps = [v for v in range(1, options.max_vp + 1) if v == 1 or (pp > 1 and vp_fits(counts, v))]
     for dp in dps:
         if not _allowed(options, "dp", dp) or dp > hi:
             continue
@@ -176,7 +176,8 @@ def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: Spa
     The solver keeps the largest, and under interleaving also those too few to fill the warm-up: per-token
     cost never rises with more micro-batches (bubble and reductions amortize) and memory only grows until
     the first stage's warm-up, (p-1)*2 + (v-1)*p + 1 chunks, is in flight. The oracle walks them all, which
-    the tests use to check this reduction."""
+    the tests use to check this reduction. Goodput keeps it exact: the effective time fraction does not
+    depend on the accumulation (only on the degrees, sharding and stage split)."""
     first = max(-(-lo // per_step), pp if pp > 1 else 1)
     values = [
         ga
