@@ -47,6 +47,28 @@ def _table(title: str, groups: dict[str, list[RunPrediction]]) -> list[str]:
     return lines
 
 
+def _cross_validation(records: list) -> list[str]:
+    """Calibrated error: fit on the other sources, predict the held-out one (and in-sample, for contrast)."""
+    from optlayout.runs.calibrate import calibrate
+
+    t0 = time.perf_counter()
+    rep = calibrate(records, fitted_on="benchmark").report
+    keys = ("uncalibrated", "cross_validated_by_source", "in_sample")
+    out = [
+        f"Calibrated (`optlayout calibrate`, five constants per GPU/precision, {time.perf_counter() - t0:.0f} s): "
+        "MAPE of tokens/s/GPU, leave-one-source-out cross-validation against in-sample.",
+        "",
+        "| runs | uncalibrated | cross-validated by source | in-sample |",
+        "|---|---:|---:|---:|",
+        "| all | " + " | ".join(f"{rep[k]['mape']:.1%}" for k in keys) + " |",
+    ]
+    for source in rep["sources"]:
+        out.append(f"| {source} | " + " | ".join(f"{rep[k]['per_source'][source]:.1%}" for k in keys) + " |")
+    for key in sorted(rep["in_sample"]["per_gpu_precision"]):
+        out.append(f"| {key} | " + " | ".join(f"{rep[k]['per_gpu_precision'][key]:.1%}" for k in keys) + " |")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS))
@@ -99,6 +121,8 @@ def main() -> int:
             f"{p.prediction.tokens_per_s_per_gpu:,.0f} | {p.ape:.0%} | {p.layout.short()} | "
             f"{', '.join(f'{k}={v}' for k, v in p.filled_fields.items())} |"
         )
+    if not args.calibration:
+        lines += ["", *_cross_validation(records)]
     text = "\n".join(lines)
     print(text)
     if args.write:
