@@ -32,7 +32,7 @@ BEGIN, END = "<!-- speed:begin -->", "<!-- speed:end -->"
 TOKENS = 16 * 1024 * 1024
 
 
-def timed(fn, repeats: int = 3):  # noqa: ANN001, ANN201
+def timed(fn, repeats: int = 3):
     times, result = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -49,7 +49,7 @@ def solve_row(model: str, gpus: int, job: JobSpec, top: int) -> dict:
     return {"plan": plan, "total": total, "graph": build, "topo": topo}
 
 
-def oracle_row(model: str, topo, job: JobSpec) -> tuple[float, list]:  # noqa: ANN001
+def oracle_row(model: str, topo, job: JobSpec) -> tuple[float, list]:
     spec = model_preset(model)
     limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job), job.min_global_batch, job.max_global_batch)
 
