@@ -4,23 +4,58 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pydantic
 from pydantic import BaseModel, Field
 
 from optlayout.cost import Prediction
 from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.goodput import FailureSpec, LayoutCheckpointing, StorageSpec, StragglerPrediction
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 SCHEMA_VERSION = 1
+"""Fields added since version 1 (objective, goodput, straggler, re-planning) are optional with defaults, so
+version-1 plans written before them still load and the version did not change."""
 
 
 class PlannedLayout(BaseModel):
-    """One ranked layout with its full prediction."""
+    """One ranked layout with its full prediction (the cost model's, unchanged by run conditions), and what
+    the run conditions make of it: checkpointing and goodput, a straggler slowdown."""
 
     rank: int
     layout: Layout
     prediction: Prediction
+    goodput: LayoutCheckpointing | None = None
+    straggler: StragglerPrediction | None = None
+
+
+class LayoutChange(BaseModel):
+    """One field of the layout that differs between the plan re-planned from and the new one."""
+
+    dim: str
+    before: Any
+    after: Any
+    reshards_checkpoint: bool = Field(description="the saved checkpoint's shards no longer match this field")
+
+    def text(self) -> str:
+        return f"{self.dim} {_show(self.before)} -> {_show(self.after)}"
+
+
+def _show(value: Any) -> str:
+    return "even" if value is None else str(getattr(value, "value", value))
+
+
+class Replan(BaseModel):
+    """Where a re-plan came from and what changes."""
+
+    from_gpus: int
+    from_layout: Layout | None = None
+    changes: list[LayoutChange] = Field(default_factory=list)
+
+    @property
+    def reshard(self) -> bool:
+        return any(c.reshards_checkpoint for c in self.changes)
 
 
 class Plan(BaseModel):
@@ -40,6 +75,14 @@ class Plan(BaseModel):
     gpus: int
     gpus_per_server: int
     cluster: ClusterSpec | None = None
+    topology_doc: dict[str, Any] | None = Field(
+        None, description="the generator-form topology document the cluster came from (re-planning rebuilds it)"
+    )
+    objective: str = Field("mfu", description="mfu (throughput) | goodput (throughput x effective time fraction)")
+    failure: FailureSpec | None = None
+    storage: StorageSpec | None = None
+    straggler_slowdown: float = Field(0.0, description="the slowest rank's slowdown, applied to the predictions")
+    replan: Replan | None = None
     layouts: list[PlannedLayout] = Field(default_factory=list)
     diagnosis: str | None = None
 

@@ -10,7 +10,6 @@ import typer
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.cost import DEFAULT_PARAMS
 from optlayout.errors import OptlayoutError
 from optlayout.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
 
@@ -220,10 +219,8 @@ def solve_command(
         from optlayout.plan import Plan
 
         old = Plan.load(from_plan)
-        params = DEFAULT_PARAMS
-        if calibration is not None:
-            gpu_name = resolve_cluster(source).gpu.name if source is not None else _plan_gpu(old)
-            params = common.params_arg(calibration, gpu_name, old.job.precision)
+        gpu_name = resolve_cluster(source).gpu.name if source is not None else _plan_gpu(old)
+        params = common.params_arg(calibration, gpu_name, old.job.precision)
         plan = replan(
             old, gpus, cluster=source, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_),
             exclude=_excludes(exclude), params=params,
@@ -240,8 +237,7 @@ def solve_command(
         shape = common.model_arg(model, model_config)
         job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
                              precision, optimizer_bytes, headroom)  # fmt: skip
-        params = DEFAULT_PARAMS if calibration is None else common.params_arg(
-            calibration, resolve_cluster(source).gpu.name, precision)  # fmt: skip
+        params = common.params_arg(calibration, resolve_cluster(source).gpu.name, precision)
         plan = solve(
             shape, source, job, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_), exclude=_excludes(exclude),
             params=params, time_limit_s=time_limit, objective=objective or "mfu", failure=failure, storage=storage,
@@ -370,7 +366,7 @@ def print_plan(plan: object) -> None:
         )
         con.print(
             f"checkpoint: {g.checkpoint_bytes / 1e9:,.0f} GB of weights + optimizer state ({how}); MTBF "
-            f"{g.mtbf_s / HOUR:.3g} h, checkpoint every {(g.interval_s or 0) / MINUTE:.3g} min ({g.method}), effective "
+            f"{_hours(g.mtbf_s)}, checkpoint every {(g.interval_s or 0) / MINUTE:.3g} min ({g.method}), effective "
             f"time {g.effective_time_fraction:.2%}, goodput {g.goodput_tokens_per_s_per_gpu:,.0f} tok/s/GPU"
         )
     if best.straggler is not None:
@@ -381,6 +377,11 @@ def print_plan(plan: object) -> None:
         )
     if plan.replan is not None:
         con.print(replan_line(plan), soft_wrap=True)
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / HOUR
+    return f"{hours:,.0f} h" if hours >= 100 else f"{hours:.3g} h"
 
 
 def replan_line(plan: object) -> str:

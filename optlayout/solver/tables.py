@@ -2,7 +2,9 @@
 
 The order is what both the CP-SAT model and the oracle optimize: cluster throughput first (tokens/s
 over all GPUs, so idle GPUs count against a layout), then the simpler layout, then a fixed field order,
-so the same input always gives the same answer.
+so the same input always gives the same answer. Under the goodput objective the throughput is multiplied
+by each layout's effective time fraction (`optlayout.goodput`) inside the candidate, before any order is
+taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ranks by goodput alike.
 """
 
 from __future__ import annotations
@@ -10,11 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import stage_layer_counts, stage_params, state_bytes_per_gpu
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
+
+if TYPE_CHECKING:
+    from optlayout.goodput import GoodputModel, LayoutCheckpointing
 
 _SHARDING_ORDER = {s: i for i, s in enumerate(Sharding)}
 _RECOMPUTE_ORDER = {r: i for i, r in enumerate(Recompute)}
@@ -22,11 +28,15 @@ _RECOMPUTE_ORDER = {r: i for i, r in enumerate(Recompute)}
 
 @dataclass(frozen=True)
 class Candidate:
-    """A legal layout and what the cost model says of it (the full Prediction is built on demand)."""
+    """A legal layout and what the cost model says of it (the full Prediction is built on demand).
+
+    With the goodput objective, `checkpointing` holds the layout's checkpoint cost and effective time
+    fraction, and the throughput every order uses is the goodput (throughput x that fraction)."""
 
     layout: Layout
     evaluation: Evaluation
     context: tuple[ModelSpec, JobSpec, GpuSpec]
+    checkpointing: LayoutCheckpointing | None = None
 
     @cached_property
     def prediction(self) -> Prediction:
@@ -34,7 +44,9 @@ class Candidate:
 
     @property
     def cluster_tokens_per_s(self) -> float:
-        return self.evaluation.tokens_per_s_per_gpu * self.layout.gpus
+        """What the solver maximizes: tokens/s over all GPUs, x the effective time fraction under goodput."""
+        tokens = self.evaluation.tokens_per_s_per_gpu * self.layout.gpus
+        return tokens if self.checkpointing is None else tokens * self.checkpointing.effective_time_fraction
 
 
 def layout_identity(layout: Layout) -> tuple:
@@ -98,8 +110,10 @@ class CostTable:
         gpu: GpuSpec,
         topology: LinkSource,
         params: CostParams = DEFAULT_PARAMS,
+        goodput: GoodputModel | None = None,
     ) -> None:
         self.model, self.job, self.gpu, self.topology, self.params = model, job, gpu, topology, params
+        self.goodput = goodput  # set: candidates carry their checkpointing and rank by goodput
         self._links: dict[tuple[int, int, int, int], GroupLinks] = {}
         self._memo: dict = {}
 
@@ -109,7 +123,8 @@ class CostTable:
         if links is None:
             links = self._links[key] = group_links(self.topology, layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
-        return Candidate(layout, ev, (self.model, self.job, self.gpu))
+        ckpt = self.goodput.estimate(layout) if self.goodput is not None else None
+        return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
 
     def predict(self, layout: Layout) -> Prediction:
         return self.candidate(layout).prediction
@@ -156,7 +171,8 @@ def top_k_skyline(candidates: list[Candidate], k: int) -> list[Candidate]:
     needing no more memory, with the same global batch and no larger bubble. Whatever the memory capacity,
     batch bounds or bubble limit, such a candidate has k feasible better ones whenever it is feasible
     itself, so it is never in the top k: the reduction is exact for the top-k CP-SAT model (which keeps
-    the memory and batch constraints)."""
+    the memory and batch constraints). The argument holds for any rank the model and the oracle share,
+    so also for goodput, which is folded into `cluster_tokens_per_s` before ranking."""
     scale = throughput_scale(candidates)
     kept: list[Candidate] = []
     by_batch: dict[int, list[tuple[int, float]]] = {}
