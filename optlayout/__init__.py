@@ -17,6 +17,8 @@ _LAZY = {
     "solve": "optlayout.api",
     "estimate_layout": "optlayout.api",
     "explain_layout": "optlayout.api",
+    "estimate_run": "optlayout.api",
+    "replan": "optlayout.api",
     "resolve_model": "optlayout.api",
     "Plan": "optlayout.plan",
     "load_topology": "optlayout.topology",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from optlayout.cost import Prediction
 from optlayout.errors import OptlayoutError, describe_validation_error
@@ -28,6 +28,41 @@ class PlannedLayout(BaseModel):
     prediction: Prediction
     goodput: LayoutCheckpointing | None = None
     straggler: StragglerPrediction | None = None
+    _context: tuple[ModelSpec, JobSpec, int] | None = PrivateAttr(default=None)
+
+    def _plan_context(self) -> tuple[ModelSpec, JobSpec, int]:
+        if self._context is None:
+            raise OptlayoutError("plan: this layout is not attached to a plan (take it from Plan.layouts)")
+        return self._context
+
+    def emit(self, fmt: str, **options: Any) -> str:
+        """Launcher output for this layout: megatron | torchtitan | deepspeed | accelerate | mesh | ranks."""
+        from optlayout.emit import emit
+
+        model, job, gpus_per_node = self._plan_context()
+        return emit(fmt, model, job, self.layout, gpus_per_node, **options)
+
+    def to_megatron_args(self) -> list[str]:
+        """Megatron-LM command-line arguments, one token per item."""
+        from optlayout.emit import megatron_args
+
+        model, job, gpus_per_node = self._plan_context()
+        return megatron_args(model, job, self.layout, gpus_per_node)
+
+    def to_torchtitan_toml(self) -> str:
+        return self.emit("torchtitan")
+
+    def to_deepspeed_config(self) -> dict[str, Any]:
+        return json.loads(self.emit("deepspeed"))
+
+    def to_accelerate_yaml(self) -> str:
+        return self.emit("accelerate")
+
+    def to_device_mesh_code(self) -> str:
+        return self.emit("mesh")
+
+    def to_rank_map(self) -> str:
+        return self.emit("ranks")
 
 
 class LayoutChange(BaseModel):
@@ -86,11 +121,21 @@ class Plan(BaseModel):
     layouts: list[PlannedLayout] = Field(default_factory=list)
     diagnosis: str | None = None
 
+    def model_post_init(self, _context: Any) -> None:
+        for planned in self.layouts:
+            planned._context = (self.model, self.job, self.gpus_per_server)
+
     @property
     def best(self) -> PlannedLayout:
         if not self.layouts:
             raise OptlayoutError(f"plan has no layout: {self.diagnosis or self.status}")
         return self.layouts[0]
+
+    def layout_at(self, rank: int) -> PlannedLayout:
+        """The layout ranked `rank` (1 = best)."""
+        if not 1 <= rank <= len(self.layouts):
+            raise OptlayoutError(f"rank: the plan holds layouts 1..{len(self.layouts)}, not {rank}")
+        return self.layouts[rank - 1]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

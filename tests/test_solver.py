@@ -155,3 +155,33 @@ def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:
     path.write_text(json.dumps({"schema_version": 0, "status": "optimal"}))
     with pytest.raises(OptlayoutError, match="schema_version 0"):
         Plan.load(path)
+
+
+def test_plan_emits_launcher_flags_and_emit_reads_saved_plan(cli, tmp_path) -> None:
+    plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64), top=2)
+    args = plan.best.to_megatron_args()
+    lay = plan.best.layout
+    flag = args.index("--tensor-model-parallel-size")
+    assert args[flag + 1] == str(lay.tp)
+    assert args[args.index("--global-batch-size") + 1] == "64"
+    second = plan.layout_at(2).layout
+    if second.pp == 1:  # DeepSpeed's ZeRO path has no pipeline stages
+        ds = plan.layout_at(2).to_deepspeed_config()
+        assert ds["train_batch_size"] == 64
+        assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * second.dp == 64
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    out = cli("emit", "--plan", str(path), "--format", "megatron")
+    assert out.returncode == 0, out.stderr
+    assert f"--tensor-model-parallel-size {lay.tp}" in out.stdout
+    bad = cli("emit", "--plan", str(path), "--format", "megatron", "--rank", "9")
+    assert bad.returncode == 2 and "rank" in bad.stderr
+
+
+def test_solve_writes_html_report(cli, tmp_path) -> None:
+    report = tmp_path / "plan.html"
+    out = cli("solve", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=16", "--seq-len", "4096",
+              "--global-batch", "64", "--report", str(report))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = report.read_text()
+    assert "memory-chart" in text and "https://" not in text

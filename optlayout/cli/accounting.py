@@ -196,21 +196,30 @@ def estimate_command(
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,
+    straggler_slowdown: Annotated[
+        float, typer.Option("--straggler-slowdown", help="slowest rank's slowdown, e.g. 0.02")
+    ] = 0.0,
     as_json: common.JsonOpt = False,
 ) -> None:
     """A full prediction for one given layout: memory, step time and where the time goes."""
-    from optlayout.api import estimate_layout
+    from optlayout.api import estimate_run
 
     shape = common.model_arg(model, model_config)
     topo = common.cluster_arg(topology, cluster)
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom)  # fmt: skip
     lay = parse_layout(layout)
-    pred = estimate_layout(shape, topo, job, lay, common.params_arg(calibration, topo.gpu.name, precision))
+    params = common.params_arg(calibration, topo.gpu.name, precision)
+    run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)
     if as_json:
-        common.print_json({"layout": lay, "prediction": pred})
+        common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler})
         return
-    print_prediction(lay.short(), pred)
+    print_prediction(lay.short(), run.prediction)
+    if run.straggler is not None:
+        s = run.straggler
+        common.console.print(
+            f"  with a {straggler_slowdown:.1%} straggler: {s.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {s.mfu:.1%}"
+        )
 
 
 def print_prediction(title: str, pred: object) -> None:

@@ -184,6 +184,7 @@ def solve_command(
     from_plan: FromPlanOpt = None,
     gpus: GpusOpt = None,
     save: Annotated[Path | None, typer.Option("--save", help="write the plan as JSON")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="write a self-contained HTML report")] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """The layouts with the highest predicted MFU (or goodput), proven optimal within the cost model;
@@ -245,6 +246,11 @@ def solve_command(
         )  # fmt: skip
     if save is not None:
         plan.save(save)
+    if report is not None:
+        from optlayout.report import plan_report_html, write_report
+
+        topo = resolve_cluster(source) if source is not None and plan.layouts else None
+        write_report(plan_report_html(plan, topo if topo is not None and topo.num_gpus == plan.gpus else None), report)
     if as_json:
         common.print_json(plan_json(plan))
     else:
@@ -325,19 +331,19 @@ def print_plan(plan: object) -> None:
     )
     has_goodput = any(p.goodput is not None for p in plan.layouts)
     table = Table()
-    cols = ["#", "tp", "pp", "vp", "cp", "dp", "mb", "ga", "sharding", "recompute", "sp", "MFU", "tok/s/GPU",
-            "step s", "mem GB", "bubble"]  # fmt: skip
+    cols = ["#", "layout", "MFU", "tok/s/GPU", "step s", "mem GB", "bubble"]
     if has_goodput:
         cols += ["ckpt s", "eff. time", "goodput tok/s/GPU"]
     for col in cols:
-        table.add_column(col, justify="right")
+        if col == "layout":
+            table.add_column(col, overflow="fold", ratio=1)
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
     for p in plan.layouts:
         lay, pred = p.layout, p.prediction
         row = [
-            str(p.rank), str(lay.tp), str(lay.pp), str(lay.vp), str(lay.cp), str(lay.dp), str(lay.micro_batch),
-            str(lay.grad_accum), lay.sharding.value, lay.recompute.value, "y" if lay.sequence_parallel else "",
-            f"{pred.mfu:.1%}", f"{pred.tokens_per_s_per_gpu:,.0f}", f"{pred.step_time_s:.2f}",
-            f"{pred.memory_per_gpu_bytes / 1e9:.1f}", f"{pred.bubble_fraction:.1%}",
+            str(p.rank), lay.short(), f"{pred.mfu:.1%}", f"{pred.tokens_per_s_per_gpu:,.0f}",
+            f"{pred.step_time_s:.2f}", f"{pred.memory_per_gpu_bytes / 1e9:.1f}", f"{pred.bubble_fraction:.1%}",
         ]  # fmt: skip
         if has_goodput:
             g = p.goodput
