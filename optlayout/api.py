@@ -162,7 +162,7 @@ def _solve_on(
     limits = Limits(capacity, job.min_global_batch, job.max_global_batch, options.max_bubble_fraction)
     t0 = time.perf_counter()
     layouts = enumerate_layouts(spec, job, gpus, domain, options)
-    evaluated, legal = ranked_table.evaluated_candidates(layouts, capacity)
+    evaluated, legal = ranked_table.evaluated_candidates(layouts, limits, k=top)
     candidates = top_k_skyline(evaluated, top)
     table_s = time.perf_counter() - t0
     result = solve_top_k(candidates, limits, top_k=top, time_limit_s=time_limit_s)

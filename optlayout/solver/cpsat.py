@@ -17,35 +17,14 @@ from ortools.sat.python import cp_model
 from optlayout.solver.tables import (
     MIB,
     Candidate,
+    Limits,
     layout_identity,
     memory_mib,
+    passes_limits,
     scaled_throughput,
     simplicity_key,
     throughput_scale,
 )
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Constraints applied in the model (bounds beyond those of the enumerated space)."""
-
-    memory_capacity_bytes: float
-    min_global_batch: int | None = None
-    max_global_batch: int | None = None
-    max_bubble_fraction: float | None = None
-
-
-def passes_limits(candidate: Candidate, limits: Limits) -> bool:
-    """The model's constraints checked on one candidate, in the model's own integer units."""
-    if memory_mib(candidate.evaluation.memory_per_gpu_bytes) > int(limits.memory_capacity_bytes // MIB):
-        return False
-    gb = candidate.layout.global_batch
-    if limits.min_global_batch is not None and gb < limits.min_global_batch:
-        return False
-    if limits.max_global_batch is not None and gb > limits.max_global_batch:
-        return False
-    bubble = limits.max_bubble_fraction
-    return bubble is None or round(candidate.evaluation.bubble_fraction * 1e6) <= round(bubble * 1e6)
 
 
 @dataclass

@@ -9,6 +9,7 @@ taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ran
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -137,33 +138,91 @@ class CostTable:
         state = sum(state_bytes_per_gpu(params_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
-    def evaluated_candidates(self, layouts: Iterable[Layout], capacity_bytes: float) -> tuple[list[Candidate], int]:
-        """Evaluate the layouts, skipping those proven over capacity without evaluating them:
+    def throughput_bound(self, layout: Layout) -> float:
+        """An upper bound on the cluster tokens/s of every layout that differs from `layout` only in sharding,
+        recomputation or sequence parallelism: the step is at least the compute, exposed TP/CP time and
+        bubble of the cheapest variant (no recomputation, sequence-parallel elementwise work), each term of
+        which those three choices can only raise; sharding changes none of them; goodput only lowers it."""
+        cheapest = layout.model_copy(
+            update={"sharding": Sharding.none, "recompute": Recompute.none, "sequence_parallel": layout.tp > 1}
+        )
+        times = self.candidate(cheapest).evaluation.times
+        floor_s = times.compute_s + times.tp_comm_s + times.cp_comm_s + times.bubble_s
+        return layout.global_batch * self.job.seq_len / floor_s
+
+    def evaluated_candidates(
+        self, layouts: Iterable[Layout], limits: Limits, k: int | None = None
+    ) -> tuple[list[Candidate], int]:
+        """Evaluate the layouts, skipping those proven unable to be in the top k without evaluating them:
         (1) the state alone overflows (it depends on tp, pp, dp x cp and sharding only); (2) a smaller
         micro-batch of the same layout already overflowed (activations grow with the micro-batch: per layer
-        linearly, and the in-flight count mb x min(warm-up, ga x v) with ga = batch / (mb x dp) never falls).
-        Returns the evaluated candidates (some may still overflow) and the number of layouts looked at."""
+        linearly, and the in-flight count mb x min(warm-up, ga x v) with ga = batch / (mb x dp) never falls);
+        (3) with `k`, branch and bound: layouts are taken in groups sharing all but sharding, recomputation and
+        sequence parallelism, best `throughput_bound` first, and the walk stops once a group's bound falls
+        below the k-th best feasible layout found (with a margin for the objective's integer rounding).
+        Returns the evaluated candidates (some may not fit) and the number of legal layouts."""
+        groups: dict[tuple, list[Layout]] = {}
+        for lay in layouts:
+            key = (lay.tp, lay.cp, lay.pp, lay.vp, lay.dp, lay.micro_batch, lay.grad_accum,
+                   lay.first_stage_layers, lay.last_stage_layers)  # fmt: skip
+            groups.setdefault(key, []).append(lay)
+        seen = sum(len(g) for g in groups.values())
+        ordered: list[tuple[float, list[Layout]]] = [(math.inf, g) for g in groups.values()]
+        if k is not None:
+            ordered = sorted(((self.throughput_bound(g[0]), g) for g in groups.values()), key=lambda bg: -bg[0])
+        margin = 1 - 2.0 / THROUGHPUT_RESOLUTION
+        best_by_layout: dict[tuple, float] = {}
         state_ok: dict[tuple, bool] = {}
         overflow_mb: dict[tuple, int] = {}
         out: list[Candidate] = []
-        seen = 0
+        capacity_bytes = limits.memory_capacity_bytes
         capacity_mib = int(capacity_bytes // MIB)
-        for lay in layouts:
-            seen += 1
-            skey = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
-            ok = state_ok.get(skey)
-            if ok is None:
-                ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
-            if not ok:
-                continue
-            mkey = (*skey, lay.cp, lay.vp, lay.recompute, lay.sequence_parallel)
-            if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
-                continue
-            cand = self.candidate(lay)
-            if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
-                overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
-            out.append(cand)
+        for bound, group in ordered:
+            if k is not None and len(best_by_layout) >= k:
+                kth = sorted(best_by_layout.values(), reverse=True)[k - 1]
+                if bound < kth * margin:
+                    break  # every remaining group is bounded below the k-th best: none can enter the top k
+            for lay in group:
+                skey = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
+                ok = state_ok.get(skey)
+                if ok is None:
+                    ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
+                if not ok:
+                    continue
+                mkey = (*skey, lay.cp, lay.vp, lay.recompute, lay.sequence_parallel)
+                if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
+                    continue
+                cand = self.candidate(lay)
+                if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
+                    overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
+                elif passes_limits(cand, limits):
+                    ident = layout_identity(lay)
+                    best_by_layout[ident] = max(best_by_layout.get(ident, 0.0), cand.cluster_tokens_per_s)
+                out.append(cand)
         return out, seen
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Constraints applied in the model (bounds beyond those of the enumerated space)."""
+
+    memory_capacity_bytes: float
+    min_global_batch: int | None = None
+    max_global_batch: int | None = None
+    max_bubble_fraction: float | None = None
+
+
+def passes_limits(candidate: Candidate, limits: Limits) -> bool:
+    """The model's constraints checked on one candidate, in the model's own integer units."""
+    if memory_mib(candidate.evaluation.memory_per_gpu_bytes) > int(limits.memory_capacity_bytes // MIB):
+        return False
+    gb = candidate.layout.global_batch
+    if limits.min_global_batch is not None and gb < limits.min_global_batch:
+        return False
+    if limits.max_global_batch is not None and gb > limits.max_global_batch:
+        return False
+    bubble = limits.max_bubble_fraction
+    return bubble is None or round(candidate.evaluation.bubble_fraction * 1e6) <= round(bubble * 1e6)
 
 
 def top_k_skyline(candidates: list[Candidate], k: int) -> list[Candidate]:
