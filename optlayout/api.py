@@ -30,7 +30,14 @@ from optlayout.plan import LayoutChange, Plan, PlannedLayout, Replan
 from optlayout.presets import model_from_hf_config, model_preset
 from optlayout.solver.cpsat import Limits, passes_limits, solve_top_k
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
-from optlayout.solver.space import SpaceOptions, batch_targets, coerce_value, enumerate_layouts, normalize_key
+from optlayout.solver.space import (
+    SpaceOptions,
+    batch_targets,
+    coerce_value,
+    enumerate_groups,
+    enumerate_layouts,
+    normalize_key,
+)
 from optlayout.solver.tables import CostTable, top_k_skyline
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
 from optlayout.topology import Topology, parse_cluster_shorthand, resolve_cluster, topology_from_dict
@@ -161,8 +168,8 @@ def _solve_on(
     capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
     limits = Limits(capacity, job.min_global_batch, job.max_global_batch, options.max_bubble_fraction)
     t0 = time.perf_counter()
-    layouts = enumerate_layouts(spec, job, gpus, domain, options)
-    evaluated, legal = ranked_table.evaluated_candidates(layouts, limits, k=top)
+    groups = enumerate_groups(spec, job, gpus, domain, options)
+    evaluated, legal = ranked_table.evaluated_candidates(groups, limits, k=top)
     candidates = top_k_skyline(evaluated, top)
     table_s = time.perf_counter() - t0
     result = solve_top_k(candidates, limits, top_k=top, time_limit_s=time_limit_s)

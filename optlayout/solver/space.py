@@ -6,6 +6,7 @@ a rule of the space: it is a constraint of the model (it needs the cost model).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -95,15 +96,49 @@ def batch_targets(job: JobSpec) -> tuple[int, int]:
     return lo or 1, hi or (lo or 1) * 64
 
 
+@dataclass(frozen=True)
+class LayoutGroup:
+    """Layouts sharing everything but sharding, recomputation and sequence parallelism."""
+
+    degrees: dict[str, int | None]  # tp, pp, vp, cp, dp, micro_batch, grad_accum, first/last stage layers
+    shardings: tuple[Sharding, ...]
+    recomputes: tuple[Recompute, ...]
+    sequence_parallel: tuple[bool, ...]
+
+    def __len__(self) -> int:
+        return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
+
+    def layouts(self) -> Iterator[Layout]:
+        for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
+            yield Layout(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sp)
+
+    def cheapest_variant(self) -> Layout:
+        """No recomputation, sequence-parallel elementwise work, no sharding: the variant whose compute,
+        exposed TP/CP time and bubble are the least of the group's (it may itself be excluded by a pin)."""
+        return Layout(**self.degrees, sequence_parallel=self.degrees["tp"] > 1)  # type: ignore[operator]
+
+
 def enumerate_layouts(
     model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions
 ) -> Iterator[Layout]:
     """Every legal layout, in a deterministic order."""
+    for group in enumerate_groups(model, job, gpus, domain_size, options):
+        yield from group.layouts()
+
+
+def enumerate_groups(
+    model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions
+) -> Iterator[LayoutGroup]:
+    """Every legal layout, grouped (see LayoutGroup), in a deterministic order."""
     lo, hi = batch_targets(job)
-    shardings = [s for s in Sharding if _allowed(options, "sharding", s)]
-    recomputes = [r for r in Recompute if _allowed(options, "recompute", r)]
+    shardings = tuple(s for s in Sharding if _allowed(options, "sharding", s))
+    recomputes = tuple(r for r in Recompute if _allowed(options, "recompute", r))
+    if not shardings or not recomputes:
+        return
     for tp in tp_choices(model, gpus, domain_size, options):
-        sps = [sp for sp in ((False, True) if tp > 1 else (False,)) if _allowed(options, "sequence_parallel", sp)]
+        sps = tuple(sp for sp in ((False, True) if tp > 1 else (False,)) if _allowed(options, "sequence_parallel", sp))
+        if not sps:
+            continue
         for cp in _divisors(gpus // tp):
             if cp > options.max_cp or (cp > 1 and job.seq_len % (2 * cp)) or not _allowed(options, "cp", cp):
                 continue
@@ -113,12 +148,11 @@ def enumerate_layouts(
                 split = split_layers(model.layers, pp)
                 if split is None:
                     continue
-                yield from _rest(model, job, gpus, options, tp, cp, pp, split, lo, hi, shardings, recomputes, sps)
+                yield from _groups(model, gpus, options, tp, cp, pp, split, lo, hi, shardings, recomputes, sps)
 
 
-def _rest(
+def _groups(
     model: ModelSpec,
-    job: JobSpec,
     gpus: int,
     options: SpaceOptions,
     tp: int,
@@ -127,10 +161,10 @@ def _rest(
     split: tuple[int | None, int | None],
     lo: int,
     hi: int,
-    shardings: list[Sharding],
-    recomputes: list[Recompute],
-    sps: list[bool],
-) -> Iterator[Layout]:
+    shardings: tuple[Sharding, ...],
+    recomputes: tuple[Recompute, ...],
+    sps: tuple[bool, ...],
+) -> Iterator[LayoutGroup]:
     first, last = split
     full_dp = gpus // (tp * cp * pp)
     dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
@@ -138,6 +172,10 @@ def _rest(
     vps = [v for v in range(1, options.max_vp + 1) if v == 1 or (pp > 1 and vp_fits(counts, v))]
     for dp in dps:
         if not _allowed(options, "dp", dp) or dp > hi:
+            continue
+        # nothing to shard over with a single data-parallel replica
+        group_shardings = shardings if dp * cp > 1 else tuple(s for s in shardings if s == Sharding.none)
+        if not group_shardings:
             continue
         for mb in range(1, options.max_micro_batch + 1):
             if mb * dp > hi or not _allowed(options, "micro_batch", mb):
@@ -148,25 +186,9 @@ def _rest(
                 for ga in _grad_accums(mb * dp, lo, hi, pp, vp, options):
                     if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
                         continue
-                    for sharding in shardings:
-                        if sharding != Sharding.none and dp * cp == 1:
-                            continue  # nothing to shard over
-                        for recompute in recomputes:
-                            for sp in sps:
-                                yield Layout(
-                                    tp=tp,
-                                    pp=pp,
-                                    vp=vp,
-                                    cp=cp,
-                                    dp=dp,
-                                    micro_batch=mb,
-                                    grad_accum=ga,
-                                    sharding=sharding,
-                                    recompute=recompute,
-                                    sequence_parallel=sp,
-                                    first_stage_layers=first,
-                                    last_stage_layers=last,
-                                )
+                    degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "micro_batch": mb, "grad_accum": ga,
+                               "first_stage_layers": first, "last_stage_layers": last}  # fmt: skip
+                    yield LayoutGroup(degrees, group_shardings, recomputes, sps)
 
 
 def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: SpaceOptions) -> list[int]:

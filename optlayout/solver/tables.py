@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import stage_layer_counts, stage_params, state_bytes_per_gpu
+from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 if TYPE_CHECKING:
@@ -138,38 +139,31 @@ class CostTable:
         state = sum(state_bytes_per_gpu(params_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
-    def throughput_bound(self, layout: Layout) -> float:
-        """An upper bound on the cluster tokens/s of every layout that differs from `layout` only in sharding,
-        recomputation or sequence parallelism: the step is at least the compute, exposed TP/CP time and
-        bubble of the cheapest variant (no recomputation, sequence-parallel elementwise work), each term of
-        which those three choices can only raise; sharding changes none of them; goodput only lowers it."""
-        cheapest = layout.model_copy(
-            update={"sharding": Sharding.none, "recompute": Recompute.none, "sequence_parallel": layout.tp > 1}
-        )
+    def throughput_bound(self, group: LayoutGroup) -> float:
+        """An upper bound on the cluster tokens/s of every layout of the group: the step is at least the
+        compute, exposed TP/CP time and bubble of its cheapest variant, each term of which recomputation and
+        the lack of sequence parallelism only raise; sharding changes none of them; goodput only lowers it."""
+        cheapest = group.cheapest_variant()
         times = self.candidate(cheapest).evaluation.times
         floor_s = times.compute_s + times.tp_comm_s + times.cp_comm_s + times.bubble_s
-        return layout.global_batch * self.job.seq_len / floor_s
+        return cheapest.global_batch * self.job.seq_len / floor_s
 
     def evaluated_candidates(
-        self, layouts: Iterable[Layout], limits: Limits, k: int | None = None
+        self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None
     ) -> tuple[list[Candidate], int]:
         """Evaluate the layouts, skipping those proven unable to be in the top k without evaluating them:
         (1) the state alone overflows (it depends on tp, pp, dp x cp and sharding only); (2) a smaller
         micro-batch of the same layout already overflowed (activations grow with the micro-batch: per layer
         linearly, and the in-flight count mb x min(warm-up, ga x v) with ga = batch / (mb x dp) never falls);
-        (3) with `k`, branch and bound: layouts are taken in groups sharing all but sharding, recomputation and
-        sequence parallelism, best `throughput_bound` first, and the walk stops once a group's bound falls
+        (3) with `k`, branch and bound: groups (layouts sharing all but sharding, recomputation and sequence
+        parallelism) are taken best `throughput_bound` first, and the walk stops once a group's bound falls
         below the k-th best feasible layout found (with a margin for the objective's integer rounding).
         Returns the evaluated candidates (some may not fit) and the number of legal layouts."""
-        groups: dict[tuple, list[Layout]] = {}
-        for lay in layouts:
-            key = (lay.tp, lay.cp, lay.pp, lay.vp, lay.dp, lay.micro_batch, lay.grad_accum,
-                   lay.first_stage_layers, lay.last_stage_layers)  # fmt: skip
-            groups.setdefault(key, []).append(lay)
-        seen = sum(len(g) for g in groups.values())
-        ordered: list[tuple[float, list[Layout]]] = [(math.inf, g) for g in groups.values()]
+        groups = list(groups)
+        seen = sum(len(g) for g in groups)
+        ordered: list[tuple[float, LayoutGroup]] = [(math.inf, g) for g in groups]
         if k is not None:
-            ordered = sorted(((self.throughput_bound(g[0]), g) for g in groups.values()), key=lambda bg: -bg[0])
+            ordered = sorted(((self.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
         margin = 1 - 2.0 / THROUGHPUT_RESOLUTION
         best_by_layout: dict[tuple, float] = {}
         state_ok: dict[tuple, bool] = {}
@@ -182,7 +176,7 @@ class CostTable:
                 kth = sorted(best_by_layout.values(), reverse=True)[k - 1]
                 if bound < kth * margin:
                     break  # every remaining group is bounded below the k-th best: none can enter the top k
-            for lay in group:
+            for lay in group.layouts():
                 skey = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
                 ok = state_ok.get(skey)
                 if ok is None:
