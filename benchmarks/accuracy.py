@@ -16,13 +16,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from _results import write_section
+
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.runs.predict import RunPrediction, predict_run
 from optlayout.runs.records import read_runs
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RUNS = HERE.parent.parent / "shared" / "data" / "calibration_runs.jsonl"
-BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
 
 def _short_source(source: str) -> str:
@@ -126,15 +127,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        results = HERE / "RESULTS.md"
-        body = results.read_text() if results.exists() else "# Benchmark results\n"
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in body:
-            head, rest = body.split(BEGIN, 1)
-            body = head + block + rest.split(END, 1)[1]
-        else:
-            body = body.rstrip() + "\n\n## Prediction accuracy on the published runs\n\n" + block + "\n"
-        results.write_text(body)
+        write_section("accuracy", "Prediction accuracy on the published runs", text)
     return 0
 
 

@@ -12,20 +12,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from _results import write_section
+
 from optlayout.api import solve
-from optlayout.cost import usable_memory_bytes
 from optlayout.presets import model_preset
 from optlayout.runs.calibrate import load_profile, shipped_profile_path
-from optlayout.solver.cpsat import Limits
 from optlayout.solver.explain import why_it_lost
-from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions
-from optlayout.solver.tables import CostTable, layout_identity
+from optlayout.solver.oracle import rank_every_layout
+from optlayout.solver.tables import layout_identity
 from optlayout.specs import JobSpec
 from optlayout.topology import resolve_cluster
 
 HERE = Path(__file__).resolve().parent
-BEGIN, END = "<!-- published:begin -->", "<!-- published:end -->"
 M16 = 16 * 1024 * 1024
 
 # (label, model, cluster, job, published degrees, published figure)
@@ -70,10 +68,7 @@ def main() -> int:
         if not mine.layouts or not best.layouts:
             lines.append(f"| {name} | {figure} | infeasible: {mine.diagnosis} | | | | | |")
             continue
-        spec = model_preset(model)
-        table = CostTable(spec, job, topo.gpu, topo, params) if params else CostTable(spec, job, topo.gpu, topo)
-        limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job))
-        ranking = oracle_ranking(spec, job, topo.num_gpus, topo.domain_size, table, SpaceOptions(), limits)
+        ranking = rank_every_layout(model_preset(model), job, topo, **kw)
         ident = layout_identity(mine.best.layout)
         rank = next((i + 1 for i, c in enumerate(ranking) if layout_identity(c.layout) == ident), None)
         why = why_it_lost(mine.best.layout, mine.best.prediction, best.best.layout, best.best.prediction, job)
@@ -84,15 +79,7 @@ def main() -> int:
         print(lines[-1], flush=True)
     text = "\n".join(lines)
     if args.write:
-        results = HERE / "RESULTS.md"
-        body = results.read_text() if results.exists() else "# Benchmark results\n"
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in body:
-            head, rest = body.split(BEGIN, 1)
-            body = head + block + rest.split(END, 1)[1]
-        else:
-            body = body.rstrip() + "\n\n## Where published layouts rank\n\n" + block + "\n"
-        results.write_text(body)
+        write_section("published", "Where published layouts rank", text)
     else:
         print(text)
     return 0

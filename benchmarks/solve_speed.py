@@ -15,24 +15,23 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from _results import write_section
 
 from optlayout.api import solve
-from optlayout.cost import usable_memory_bytes
 from optlayout.presets import model_preset
-from optlayout.solver.cpsat import Limits
-from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions
-from optlayout.solver.tables import CostTable
+from optlayout.solver.oracle import rank_every_layout
 from optlayout.specs import JobSpec
-from optlayout.topology import resolve_cluster
+from optlayout.topology import Topology, resolve_cluster
 
 HERE = Path(__file__).resolve().parent
-BEGIN, END = "<!-- speed:begin -->", "<!-- speed:end -->"
 TOKENS = 16 * 1024 * 1024
 
 
-def timed(fn, repeats: int = 3):
+def timed(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
     times, result = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -49,15 +48,9 @@ def solve_row(model: str, gpus: int, job: JobSpec, top: int) -> dict:
     return {"plan": plan, "total": total, "graph": build, "topo": topo}
 
 
-def oracle_row(model: str, topo, job: JobSpec) -> tuple[float, list]:
+def oracle_row(model: str, topo: Topology, job: JobSpec) -> tuple[float, list]:
     spec = model_preset(model)
-    limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job), job.min_global_batch, job.max_global_batch)
-
-    def run() -> list:
-        table = CostTable(spec, job, topo.gpu, topo)
-        return oracle_ranking(spec, job, topo.num_gpus, topo.domain_size, table, SpaceOptions(), limits)
-
-    return timed(run, repeats=1)
+    return timed(lambda: rank_every_layout(spec, job, topo), repeats=1)
 
 
 def main() -> int:
@@ -99,15 +92,7 @@ def main() -> int:
         print(lines[-1], flush=True)
     text = "\n".join(lines)
     if args.write:
-        results = HERE / "RESULTS.md"
-        body = results.read_text() if results.exists() else "# Benchmark results\n"
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in body:
-            head, rest = body.split(BEGIN, 1)
-            body = head + block + rest.split(END, 1)[1]
-        else:
-            body = body.rstrip() + "\n\n## Solver speed\n\n" + block + "\n"
-        results.write_text(body)
+        write_section("speed", "Solver speed", text)
     else:
         print(text)
     return 0

@@ -239,16 +239,13 @@ def explain_layout(
 ) -> dict[str, Any]:
     """Where `layout` ranks among all feasible layouts, and the cost terms it loses on against the best."""
     from optlayout.solver.explain import term_deltas
-    from optlayout.solver.oracle import oracle_ranking
+    from optlayout.solver.oracle import rank_every_layout
 
     spec = resolve_model(model)
     topo = resolve_cluster(cluster)
     check_layout(spec, job, layout, topo.num_gpus)
-    table = CostTable(spec, job, topo.gpu, topo, params)
-    mine = table.candidate(layout)
-    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
-    limits = Limits(capacity, job.min_global_batch, job.max_global_batch)
-    ranking = oracle_ranking(spec, job, topo.num_gpus, topo.domain_size, table, SpaceOptions(), limits)
+    mine = CostTable(spec, job, topo.gpu, topo, params).candidate(layout)
+    ranking = rank_every_layout(spec, job, topo, params)
     if not ranking:
         raise OptlayoutError("explain: no legal layout fits; run `optlayout solve` for the diagnosis")
     best = ranking[0]

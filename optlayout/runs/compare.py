@@ -12,13 +12,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from optlayout.cost import CostParams, usable_memory_bytes
+from optlayout.cost import CostParams
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
-from optlayout.solver.cpsat import Limits
-from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions
-from optlayout.solver.tables import Candidate, CostTable, layout_identity
+from optlayout.solver.oracle import rank_every_layout
+from optlayout.solver.tables import Candidate, layout_identity
 from optlayout.topology import topology_from_cluster
 
 ParamsFor = Callable[[str, str], CostParams]
@@ -31,11 +29,7 @@ def group_label(record: RunRecord) -> str:
 
 def _ranking(record: RunRecord, params: CostParams) -> list[Candidate]:
     """Every feasible layout for the run's model, cluster and job, best first (the oracle walk)."""
-    job = run_job(record)
-    topo = topology_from_cluster(record.cluster)
-    table = CostTable(record.model, job, topo.gpu, topo, params)
-    limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job))
-    return oracle_ranking(record.model, job, topo.num_gpus, topo.domain_size, table, SpaceOptions(), limits)
+    return rank_every_layout(record.model, run_job(record), topology_from_cluster(record.cluster), params)
 
 
 def compare_runs(

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from optlayout.cost import DEFAULT_PARAMS, CostParams, usable_memory_bytes
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.space import SpaceOptions, enumerate_layouts
 from optlayout.solver.tables import Candidate, CostTable, layout_identity, rank_key, throughput_scale
 from optlayout.specs import JobSpec, ModelSpec
+from optlayout.topology import Topology
 
 
 def oracle_ranking(
@@ -34,3 +36,17 @@ def oracle_ranking(
     for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
         best_per_layout.setdefault(layout_identity(cand.layout), cand)  # each layout at its best accumulation
     return list(best_per_layout.values())
+
+
+def rank_every_layout(
+    model: ModelSpec,
+    job: JobSpec,
+    topology: Topology,
+    params: CostParams = DEFAULT_PARAMS,
+    options: SpaceOptions | None = None,
+) -> list[Candidate]:
+    """Every feasible layout of a model, cluster and job under the job's memory and batch limits, best first."""
+    table = CostTable(model, job, topology.gpu, topology, params)
+    capacity = usable_memory_bytes(topology.gpu.memory_bytes, job)
+    limits = Limits(capacity, job.min_global_batch, job.max_global_batch)
+    return oracle_ranking(model, job, topology.num_gpus, topology.domain_size, table, options or SpaceOptions(), limits)
