@@ -185,3 +185,15 @@ def test_solve_writes_html_report(cli, tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     text = report.read_text()
     assert "memory-chart" in text and "https://" not in text
+
+
+def test_hand_edited_illegal_plan_is_refused(cli, tmp_path) -> None:
+    plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64))
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    raw = json.loads(path.read_text())
+    raw["layouts"][0]["layout"]["tp"] = 3  # 32 heads are not divisible by 3, and 3 x ... != 16 GPUs
+    path.write_text(json.dumps(raw))
+    out = cli("emit", "--plan", str(path), "--format", "megatron")
+    assert out.returncode == 2
+    assert "layout 1 is illegal" in out.stderr and "heads (32) not divisible by tp (3)" in out.stderr
