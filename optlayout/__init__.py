@@ -18,7 +18,7 @@ _LAZY = {
     "estimate_layout": "optlayout.api",
     "explain_layout": "optlayout.api",
     "estimate_run": "optlayout.api",
-    "replan": "optlayout.api",
+    "replan": "optlayout.replan",
     "resolve_model": "optlayout.api",
     "Plan": "optlayout.plan",
     "load_topology": "optlayout.topology",

@@ -8,12 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import yaml
 from pydantic import BaseModel
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, check_layout, usable_memory_bytes
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import OptlayoutError
 from optlayout.goodput import (
     OBJECTIVES,
     FailureSpec,
@@ -26,22 +25,20 @@ from optlayout.goodput import (
     storage_spec,
     with_straggler,
 )
-from optlayout.plan import LayoutChange, Plan, PlannedLayout, Replan
+from optlayout.plan import Plan, PlannedLayout
 from optlayout.presets import model_from_hf_config, model_preset
-from optlayout.solver.cpsat import Limits, passes_limits, solve_top_k
+from optlayout.solver.cpsat import Limits, solve_top_k
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.space import (
     SpaceOptions,
-    batch_targets,
     coerce_value,
     enumerate_groups,
     enumerate_layouts,
     normalize_key,
 )
 from optlayout.solver.tables import CostTable, top_k_skyline
-from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
-from optlayout.topology import Topology, parse_cluster_shorthand, resolve_cluster, topology_from_dict
-from optlayout.topology.schema import GeneratorDoc
+from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
+from optlayout.topology import Topology, parse_cluster_shorthand, resolve_cluster
 
 
 def resolve_model(model: str | Path | ModelSpec | Mapping[str, Any]) -> ModelSpec:
@@ -315,239 +312,3 @@ def estimate_run(
 
 
 # --- re-planning --------------------------------------------------------------------------------------
-
-_CHANGE_FIELDS = ("tp", "pp", "vp", "cp", "dp", "micro_batch", "grad_accum", "sharding", "recompute",
-                  "sequence_parallel", "first_stage_layers", "last_stage_layers")  # fmt: skip
-_SHARD_FIELDS = frozenset({"tp", "pp", "vp", "first_stage_layers", "last_stage_layers"})
-_SAVED_SPLIT = {Sharding.none: 0, Sharding.zero1: 1, Sharding.zero2: 1, Sharding.fsdp: 2}  # what the saved state shards
-
-
-def layout_changes(old: Layout, new: Layout) -> list[LayoutChange]:
-    """The fields that differ, in layout order, then the global batch, each marked when it reshards the
-    checkpoint: tp, pp, vp and the stage split move weights and optimizer state between ranks, a sharding
-    change splits them differently, and dp or cp do too when either layout shards state over dp x cp
-    (a plain data-parallel replica holds the whole stage, whatever the replica count). Micro-batch,
-    accumulation, recomputation and sequence parallelism leave the checkpoint as it is. Formats that
-    reshard on load (torch DCP, Megatron `torch_dist`) do it by themselves; per-rank formats need converting."""
-    sharded = old.sharding != Sharding.none or new.sharding != Sharding.none
-    out = []
-    for name in _CHANGE_FIELDS:
-        a, b = getattr(old, name), getattr(new, name)
-        if a != b:
-            if name == "sharding":  # ZeRO-2 differs from ZeRO-1 in gradients only, which are not saved
-                reshard = _SAVED_SPLIT[a] != _SAVED_SPLIT[b]
-            else:
-                reshard = name in _SHARD_FIELDS or (name in ("dp", "cp") and sharded)
-            out.append(LayoutChange(dim=name, before=getattr(a, "value", a), after=getattr(b, "value", b),
-                                    reshards_checkpoint=reshard))  # fmt: skip
-    if old.global_batch != new.global_batch:
-        out.append(LayoutChange(dim="global_batch", before=old.global_batch, after=new.global_batch,
-                                reshards_checkpoint=False))  # fmt: skip
-    return out
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-class _ClusterMaker:
-    """Builds the plan's kind of cluster on another GPU count: None for a count it cannot build."""
-
-    def __init__(self, shorthand: ClusterSpec | None, doc: dict[str, Any] | None, name: str) -> None:
-        self.shorthand, self.doc, self.name = shorthand, doc, name
-        self.per_node = 0
-        if shorthand is not None:
-            self.per_node = shorthand.gpus_per_node
-        elif doc is not None:
-            try:
-                self.per_node = GeneratorDoc.model_validate(doc).gpu_count
-            except pydantic.ValidationError as exc:
-                raise OptlayoutError(describe_validation_error(exc, f"replan: topology {name}")) from None
-
-    @property
-    def buildable(self) -> bool:
-        return self.per_node > 0
-
-    def valid(self, gpus: int) -> bool:
-        if gpus < 1 or not self.buildable:
-            return False
-        if self.shorthand is not None:
-            return gpus <= self.per_node or gpus % self.per_node == 0
-        return gpus % self.per_node == 0
-
-    def build(self, gpus: int) -> tuple[Topology, ClusterSpec | None, dict[str, Any] | None]:
-        if self.shorthand is not None:
-            spec = ClusterSpec.model_validate({**self.shorthand.model_dump(), "gpus": gpus})
-            return resolve_cluster(spec), spec, None
-        assert self.doc is not None
-        servers = gpus // self.per_node
-        doc = {**self.doc, "servers": servers}
-        topo = topology_from_dict(doc, default_name=self.name, where=f"replan: topology {self.name}")
-        return topo, None, doc
-
-    def unit(self) -> str:
-        if self.shorthand is not None:
-            cluster = f"gpu={self.shorthand.gpu}, gpus_per_node={self.per_node}"
-            return f"{self.per_node}-GPU nodes (the plan's cluster: {cluster})"
-        return f"{self.per_node}-GPU servers (the plan's topology {self.name})"
-
-
-def _has_feasible_layout(
-    spec: ModelSpec, job: JobSpec, topo: Topology, options: SpaceOptions, params: CostParams
-) -> bool:
-    """Whether any legal layout fits memory and the limits on `topo` (stops at the first one)."""
-    table = CostTable(spec, job, topo.gpu, topo, params)
-    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
-    limits = Limits(capacity, job.min_global_batch, job.max_global_batch, options.max_bubble_fraction)
-    state_ok: dict[tuple, bool] = {}
-    for lay in enumerate_layouts(spec, job, topo.num_gpus, topo.domain_size, options):
-        key = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
-        if key not in state_ok:
-            state_ok[key] = table.state_fits(lay, capacity)
-        if state_ok[key] and passes_limits(table.candidate(lay), limits):
-            return True
-    return False
-
-
-def nearest_gpu_counts(
-    spec: ModelSpec,
-    job: JobSpec,
-    maker: _ClusterMaker,
-    gpus: int,
-    options: SpaceOptions,
-    params: CostParams,
-    probes: int = 24,
-) -> tuple[int | None, int | None]:
-    """The nearest GPU counts below and above `gpus` that the cluster kind can build and some layout fits
-    (at most `probes` buildable counts looked at on each side)."""
-    if not maker.buildable:
-        return None, None
-
-    def works(n: int) -> bool:
-        try:
-            topo, _, _ = maker.build(n)
-        except (OptlayoutError, pydantic.ValidationError):
-            return False
-        return _has_feasible_layout(spec, job, topo, options, params)
-
-    below = next((n for n in _counts(maker, gpus, -1, probes) if works(n)), None)
-    above = next((n for n in _counts(maker, gpus, +1, probes) if works(n)), None)
-    return below, above
-
-
-def _counts(maker: _ClusterMaker, gpus: int, direction: int, probes: int) -> list[int]:
-    out, n = [], gpus + direction
-    while 1 <= n <= max(4 * gpus, gpus + probes * maker.per_node) and len(out) < probes:
-        if maker.valid(n):
-            out.append(n)
-        n += direction
-    return out
-
-
-def _suggestion(below: int | None, above: int | None) -> str:
-    found = [n for n in (below, above) if n is not None]
-    if not found:
-        return "no nearby GPU count works either"
-    if len(found) == 1:
-        return f"nearest GPU count that works: {found[0]}"
-    return f"nearest GPU counts that work: {found[0]} and {found[1]}"
-
-
-def _batch_rule(job: JobSpec, spec: ModelSpec, gpus: int) -> str:
-    """Why no layout keeps the batch on `gpus` GPUs, when the legal space is empty (no pins)."""
-    lo, hi = batch_targets(job)
-    fixed = job.sequences_per_step
-    if fixed is not None:
-        batch = f"the global batch of {fixed} sequences"
-        dps = [d for d in _divisors(gpus) if fixed % d == 0]
-        rule = f"global batch = micro_batch x grad_accum x dp, so dp must divide {fixed}"
-    else:
-        batch = f"a global batch in [{lo}, {hi}] sequences"
-        dps = [d for d in _divisors(gpus) if d <= hi]
-        rule = f"global batch = micro_batch x grad_accum x dp, so dp <= {hi}"
-    rest = ", ".join(str(gpus // d) for d in dps)
-    return (
-        f"no layout keeps {batch} on {gpus} GPUs: {rule}, which leaves tp x cp x pp = {rest} GPUs per replica, and "
-        f"no legal tp (divides {spec.heads} heads, within the NVLink domain), cp (2 cp divides seq_len "
-        f"{job.seq_len}) and pp (splits {spec.layers} layers) multiply to that"
-    )
-
-
-def replan(
-    plan: Plan | str | Path,
-    gpus: int | None = None,
-    *,
-    cluster: str | Path | ClusterSpec | Topology | None = None,
-    top: int = 1,
-    pins: Mapping[str, object] | None = None,
-    maxima: Mapping[str, int] | None = None,
-    exclude: Mapping[str, list[object]] | None = None,
-    params: CostParams = DEFAULT_PARAMS,
-    time_limit_s: float = 10.0,
-    objective: str | None = None,
-    failure: FailureSpec | Mapping[str, Any] | None = None,
-    storage: StorageSpec | Mapping[str, Any] | None = None,
-    straggler_slowdown: float | None = None,
-    **switches: Any,
-) -> Plan:
-    """The best layout of a saved plan's model and job on another GPU count, and what changes.
-
-    The job is the plan's: a fixed global batch is kept, batch bounds are kept. The cluster is the plan's
-    kind on `gpus` GPUs: its shorthand with the new count, or its generator-form topology with
-    gpus / gpus_per_server servers; give `cluster` for a plan made from an explicit topology or to move
-    elsewhere. The objective, failure, storage and straggler inputs default to the plan's.
-    The returned plan's `replan.changes` lists the layout fields that differ from the plan's best and
-    whether each reshards the checkpoint. Raises a one-line OptlayoutError naming the rule when no layout
-    works on `gpus`, with the nearest GPU counts that do.
-    """
-    old = Plan.load(plan) if isinstance(plan, (str, Path)) else plan
-    if gpus is not None and (isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1):
-        raise OptlayoutError(f"replan: gpus must be a whole number >= 1 (got {gpus!r})")
-    options = space_options(pins, maxima, exclude, **switches)
-    if cluster is not None:
-        topo = resolve_cluster(cluster)
-        if gpus is not None and topo.num_gpus != gpus:
-            raise OptlayoutError(f"replan: the given cluster has {topo.num_gpus} GPUs, not {gpus}")
-        gpus = topo.num_gpus
-        shorthand, doc = cluster_source(cluster)
-        maker = _ClusterMaker(shorthand, doc, topo.name)
-    else:
-        if gpus is None:
-            raise OptlayoutError("replan: give the new GPU count (or a cluster)")
-        maker = _ClusterMaker(old.cluster, old.topology_doc, old.topology_name)
-        if not maker.buildable:
-            raise OptlayoutError(
-                f"replan: the plan's cluster {old.topology_name!r} came from an explicit topology (or a Topology "
-                f"object), which cannot be rebuilt on {gpus} GPUs; give the new cluster (--cluster or --topology)"
-            )
-        if not maker.valid(gpus):
-            below, above = nearest_gpu_counts(old.model, old.job, maker, gpus, options, params)
-            raise OptlayoutError(
-                f"replan: {gpus} GPUs is not a whole number of {maker.unit()}; pass --cluster/--topology for "
-                f"another shape, or use a multiple of {maker.per_node}; {_suggestion(below, above)}"
-            )
-        topo, shorthand, doc = maker.build(gpus)
-    new = _solve_on(
-        old.model, topo, old.job, top, pins, maxima, exclude, params, time_limit_s,
-        objective if objective is not None else old.objective,
-        _failure(failure) if failure is not None else old.failure,
-        _storage(storage) if storage is not None else old.storage,
-        straggler_slowdown if straggler_slowdown is not None else old.straggler_slowdown,
-        switches,
-    )  # fmt: skip
-    if not new.layouts:
-        below, above = nearest_gpu_counts(old.model, old.job, maker, gpus, options, params)
-        if new.legal_layouts == 0 and not (pins or maxima or exclude):
-            why = _batch_rule(old.job, old.model, gpus)
-        else:
-            why = f"no layout of {old.model.name} works on {gpus} GPUs: {new.diagnosis}"
-        raise OptlayoutError(f"replan: {why}; {_suggestion(below, above)}")
-    from_layout = old.layouts[0].layout if old.layouts else None
-    changes = layout_changes(from_layout, new.best.layout) if from_layout is not None else []
-    return new.model_copy(
-        update={
-            "cluster": shorthand,
-            "topology_doc": doc,
-            "replan": Replan(from_gpus=old.gpus, from_layout=from_layout, changes=changes),
-        }
-    )

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from optlayout.api import layout_changes, replan, solve
+from optlayout.api import solve
 from optlayout.errors import OptlayoutError
 from optlayout.plan import Plan
+from optlayout.replan import layout_changes, replan
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
 # 4 heads (tp in 1, 2, 4), 2 layers (pp in 1, 2), cp a power of two: no layout can hold a factor of 3.

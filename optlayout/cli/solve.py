@@ -189,7 +189,8 @@ def solve_command(
 ) -> None:
     """The layouts with the highest predicted MFU (or goodput), proven optimal within the cost model;
     with --from-plan, the best layout of a saved plan on another GPU count and what changes."""
-    from optlayout.api import replan, solve
+    from optlayout.api import solve
+    from optlayout.replan import replan
     from optlayout.topology import resolve_cluster
 
     failure, storage = goodput_inputs(
