@@ -27,7 +27,7 @@ from optlayout.goodput import (
 )
 from optlayout.plan import Plan, PlannedLayout
 from optlayout.presets import model_from_hf_config, model_preset
-from optlayout.solver.cpsat import Limits, solve_top_k
+from optlayout.solver.cpsat import Limits, passes_limits, solve_top_k
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.space import (
     SpaceOptions,
@@ -36,7 +36,7 @@ from optlayout.solver.space import (
     enumerate_layouts,
     normalize_key,
 )
-from optlayout.solver.tables import CostTable, top_k_skyline
+from optlayout.solver.tables import CostTable, throughput_scale, top_k_skyline
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 from optlayout.topology import Topology, parse_cluster_shorthand, resolve_cluster
 
@@ -145,6 +145,8 @@ def _solve_on(
     straggler_slowdown: float,
     switches: Mapping[str, Any],
 ) -> Plan:
+    if not time_limit_s > 0:
+        raise OptlayoutError(f"time-limit: must be positive seconds (got {time_limit_s})")
     if top < 1:
         raise OptlayoutError(f"top: must be at least 1 (got {top})")
     if objective not in OBJECTIVES:
@@ -167,11 +169,15 @@ def _solve_on(
     t0 = time.perf_counter()
     groups = enumerate_groups(spec, job, gpus, domain, options)
     evaluated, legal = ranked_table.evaluated_candidates(groups, limits, k=top)
-    candidates = top_k_skyline(evaluated, top)
+    # the objective's scale: the best feasible throughput, the same the CP-SAT model derives from its booleans
+    scale = throughput_scale([c for c in evaluated if passes_limits(c, limits)] or evaluated)
+    candidates = top_k_skyline(evaluated, top, scale)
     table_s = time.perf_counter() - t0
     result = solve_top_k(candidates, limits, top_k=top, time_limit_s=time_limit_s)
     diagnosis = None
-    if not result.ranked:
+    if result.status == "unknown":
+        diagnosis = f"time limit: CP-SAT found no layout within {time_limit_s} s; raise --time-limit"
+    elif not result.ranked:
         if legal:  # evaluate everything once to say how far the closest layout is
             every = [ranked_table.candidate(lay) for lay in enumerate_layouts(spec, job, gpus, domain, options)]
             diagnosis = diagnose_no_fit(every, capacity, gpus)

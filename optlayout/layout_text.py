@@ -57,13 +57,8 @@ def parse_layout(text: str) -> Layout:
 
 
 def format_layout(layout: Layout) -> str:
-    """`Layout.short()` plus the uneven-stage keys, so that `parse_layout(format_layout(x)) == x`."""
-    text = layout.short()
-    if layout.first_stage_layers is not None:
-        text += f",first={layout.first_stage_layers}"
-    if layout.last_stage_layers is not None:
-        text += f",last={layout.last_stage_layers}"
-    return text
+    """`Layout.short()`, which `parse_layout` reads back: `parse_layout(format_layout(x)) == x`."""
+    return layout.short()
 
 
 def _value(key: str, name: str, raw: str) -> Any:

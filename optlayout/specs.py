@@ -143,11 +143,14 @@ class GpuSpec(_Spec):
         return self.peak_flops[precision]
 
 
+MAX_GPUS = 1_048_576  # 2^20: eight times the largest published cluster, and a graph that still builds in seconds
+
+
 class ClusterSpec(_Spec):
     """The shorthand cluster of the run records; expands to the standard topology graph."""
 
     gpu: str
-    gpus: PositiveInt
+    gpus: int = Field(gt=0, le=MAX_GPUS)
     gpus_per_node: PositiveInt = 8
     nvlink_domain: PositiveInt | None = None
     inter_node_gbps_per_gpu: float = Field(400.0, gt=0)
@@ -260,4 +263,8 @@ class Layout(_Spec):
         parts += [f"sharding={self.sharding.value}", f"recompute={self.recompute.value}"]
         if self.sequence_parallel:
             parts.append("sp")
+        if self.first_stage_layers is not None:
+            parts.append(f"first={self.first_stage_layers}")
+        if self.last_stage_layers is not None:
+            parts.append(f"last={self.last_stage_layers}")
         return ",".join(parts)

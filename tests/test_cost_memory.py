@@ -78,7 +78,8 @@ def test_pipeline_inflight_microbatches_1f1b_and_interleaved() -> None:
         mem = memory_per_gpu(model, job, Layout(pp=p, vp=vp, grad_accum=64), DEFAULT_PARAMS)
         assert mem.stage == 0
         chunks = p if vp == 1 else (p - 1) * 2 + (v - 1) * p + 1  # Megatron's warm-up on the first stage
-        embedding_out = 2 * 1024 * 1024 * chunks  # 2 B x 1024 tokens x hidden 1024 per chunk in flight
+        first_chunk = -(-chunks // vp)  # only the first model chunk's micro-batches hold the embedding output
+        embedding_out = 2 * 1024 * 1024 * first_chunk  # 2 B x 1024 tokens x hidden 1024 per micro-batch
         assert mem.activations_bytes - embedding_out == pytest.approx(per_layer * expect_layers)
 
 
@@ -95,3 +96,27 @@ def shared_runs():
 
     path = SHARED / "data" / "calibration_runs.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_kv_heads_replicated_when_tp_exceeds_them() -> None:
+    # Llama 3.1 8B: 8 kv heads of 128; at tp 16 each rank keeps one whole kv head (replicated), so its K and V
+    # projections are 2 x 4096 x 128, not 2 x 4096 x 1024 / 16.
+    from optlayout.cost.memory import layer_params_per_rank
+    from optlayout.presets import model_preset
+
+    m = model_preset("llama3.1-8b")
+    kv = 2 * 4096 * 1024
+    assert layer_params_per_rank(m, 8) == pytest.approx(m.layer_params / 8)  # 8 | 8 kv heads: plain split
+    assert layer_params_per_rank(m, 16) == pytest.approx((m.layer_params - kv) / 16 + 2 * 4096 * 128)
+
+
+def test_full_recompute_peak_holds_one_layer_being_recomputed() -> None:
+    # Stage activations under full recompute: every layer's input (2sbh each) plus one layer's full set.
+    model = ModelSpec(layers=8, hidden=1024, ffn=4096, heads=16, kv_heads=16, vocab=32000, mlp="gelu")
+    job = JobSpec(seq_len=1024, global_batch=8)
+    full = Layout(micro_batch=1, grad_accum=8, recompute="full")
+    mem = memory_per_gpu(model, job, full, DEFAULT_PARAMS)
+    one_layer = activation_bytes_per_layer(model, job, Layout(micro_batch=1, grad_accum=8))
+    inputs = 8 * 2 * 1024 * 1024
+    embedding_out, logits = 2 * 1024 * 1024, 4 * 1024 * 32000
+    assert mem.activations_bytes == pytest.approx(inputs + one_layer + embedding_out + logits)

@@ -40,6 +40,10 @@ def main() -> None:
     except pydantic.ValidationError as exc:
         typer.echo(f"error: {describe_validation_error(exc)}", err=True)
         sys.exit(2)
+    except OSError as exc:  # a path the user gave cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.echo(f"error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

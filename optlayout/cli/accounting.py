@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -34,14 +35,14 @@ def mfu_command(
     as_json: common.JsonOpt = False,
 ) -> None:
     """Model FLOPs utilization from measured tokens/s per GPU."""
-    if tokens_per_s <= 0:
-        raise OptlayoutError(f"tokens-per-s: must be positive (got {tokens_per_s})")
+    if not (math.isfinite(tokens_per_s) and tokens_per_s > 0):
+        raise OptlayoutError(f"tokens-per-s: must be a positive number (got {tokens_per_s})")
     spec = gpu_preset(gpu)
     if params is not None:
         if model or model_config:
             raise OptlayoutError("params: give --params or a model, not both")
-        if params <= 0:
-            raise OptlayoutError(f"params: must be positive (got {params})")
+        if not (math.isfinite(params) and params > 0):
+            raise OptlayoutError(f"params: must be a positive number (got {params})")
         per_token = 6.0 * params
         basis = "6N"
     else:

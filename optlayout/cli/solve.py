@@ -256,9 +256,9 @@ def solve_command(
         common.print_json(plan_json(plan))
     else:
         print_plan(plan)
-    if plan.status == "infeasible":
+    if plan.status in ("infeasible", "unknown"):
         if as_json:
-            common.err_console.print(f"infeasible: {plan.diagnosis}")
+            common.err_console.print(f"{plan.status}: {plan.diagnosis}")
         raise typer.Exit(1)
 
 
@@ -323,7 +323,7 @@ def print_plan(plan: object) -> None:
     assert isinstance(plan, Plan)
     con = common.console
     if not plan.layouts:
-        con.print(f"[red]infeasible[/red]: {plan.diagnosis}")
+        con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}")
         return
     con.print(
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "

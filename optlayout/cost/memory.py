@@ -11,6 +11,7 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from optlayout.cost.params import CostParams
@@ -98,15 +99,28 @@ def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
 
 
 def vp_fits(counts: list[int] | set[int], vp: int) -> bool:
-    """Whether `vp` virtual chunks per stage are legal: the fullest stages split evenly, and every stage
-    keeps at least one layer per chunk (shorter first/last stages get one shorter chunk, as Llama 3's
-    126 layers on 16 stages do; Megatron's `--pipeline-model-parallel-layout` expresses it)."""
-    return max(counts) % vp == 0 and min(counts) >= vp
+    """Whether `vp` virtual chunks per stage are legal: every stage's layers split evenly into them
+    (what Megatron's `--num-layers-per-virtual-pipeline-stage` and torchtitan's stage split can express)."""
+    return all(n % vp == 0 and n >= vp for n in counts)
+
+
+def kv_width_per_rank(model: ModelSpec, tp: int) -> float:
+    """Key (or value) width one TP rank holds: kv_heads / tp heads, or one replicated head when tp > kv_heads
+    (Megatron replicates query groups so that each rank has one)."""
+    return max(model.kv_width / tp, float(model.head_size))
+
+
+def layer_params_per_rank(model: ModelSpec, tp: int) -> float:
+    """Parameters of one transformer layer on one TP rank, with replicated K/V heads when tp > kv_heads."""
+    kv_bias = 2 if model.bias else 0
+    kv = (2 * model.hidden + kv_bias) * model.kv_width
+    kv_rank = (2 * model.hidden + kv_bias) * kv_width_per_rank(model, tp)
+    return (model.layer_params - kv) / tp + kv_rank
 
 
 def stage_params(model: ModelSpec, layout: Layout, stage: int, layers_on_stage: int) -> float:
     """Parameters held by one GPU of a stage (TP-sharded; vocab-parallel embedding and output layer)."""
-    total = layers_on_stage * model.layer_params
+    total = layers_on_stage * layer_params_per_rank(model, layout.tp) * layout.tp
     last = layout.pp - 1
     if stage == 0:
         total += model.embedding_params
@@ -132,7 +146,7 @@ def activation_bytes_per_layer(model: ModelSpec, job: JobSpec, layout: Layout) -
     """Bytes one transformer layer keeps for backward, per micro-batch, on one GPU."""
     s, b, t = job.seq_len, layout.micro_batch, layout.tp
     tokens = s * b / layout.cp  # tokens of this micro-batch on this CP rank
-    h, dq, dkv, f = model.hidden, model.q_width, model.kv_width, model.ffn
+    h, dq, f = model.hidden, model.q_width, model.ffn
     dropout = 1 if job.dropout else 0
     if layout.recompute == Recompute.full:
         # only the layer input is kept (sequence-sharded with SP, as Megatron's distribute-saved-activations)
@@ -140,7 +154,7 @@ def activation_bytes_per_layer(model: ModelSpec, job: JobSpec, layout: Layout) -
     # Kept whole on every TP rank unless sequence parallel: 2 norm inputs, QKV and MLP inputs, dropout masks.
     replicated = ACT_BYTES * tokens * h * 4 + tokens * h * 2 * dropout
     # Split over TP: Q, K, V; attention internals; output-projection input; MLP internals.
-    kv_kept = dkv
+    kv_kept = kv_width_per_rank(model, t) * t  # kv heads fewer than tp are replicated, one per rank
     if job.attention_kernel == "naive" and layout.recompute != Recompute.selective:
         # GQA: the unfused core repeat_interleaves K and V to every query head before its matmuls, which save the
         # repeated copies (Megatron's DotProductAttention, HF eager attention); selective recompute keeps the
@@ -190,22 +204,27 @@ def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostP
     shard_group = layout.dp * layout.cp
     tokens = job.seq_len * layout.micro_batch / layout.cp
     sp_div = layout.tp if layout.sequence_parallel else 1
+    # full recomputation re-runs one layer at a time in the backward: its whole activations live at the peak
+    recomputing = 0.0
+    if layout.recompute == Recompute.full:
+        recomputing = activation_bytes_per_layer(model, job, layout.model_copy(update={"recompute": Recompute.none}))
     best: MemoryBreakdown | None = None
     for stage in _candidate_fullest_stages(counts):
         layers = counts[stage]
         p_gpu = stage_params(model, layout, stage, layers)
         weights, grads, optim = state_bytes_per_gpu(p_gpu, job, layout.sharding, shard_group)
         chunks, frac = inflight_chunks(layout, stage)
-        acts = per_layer * layers * frac * chunks
-        if stage == 0:
-            acts += chunks * ACT_BYTES * tokens * model.hidden / sp_div  # embedding output
+        acts = per_layer * layers * frac * chunks + recomputing
+        if stage == 0:  # embedding output, held by the micro-batches in flight in the first model chunk
+            acts += math.ceil(chunks / layout.vp) * ACT_BYTES * tokens * model.hidden / sp_div
         if stage == layout.pp - 1:
             # logits of one micro-batch kept for the loss's backward, vocab-parallel
             acts += params.logits_bytes_per_element * tokens * model.vocab / layout.tp
         buffers = 0.0
         if layout.sharding == Sharding.fsdp and shard_group > 1:
             # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-            buffers = 2 * params.fsdp_prefetch_layers * model.layer_params / layout.tp * job.weight_bytes_per_param
+            unsharded = params.fsdp_prefetch_layers * layer_params_per_rank(model, layout.tp)
+            buffers = unsharded * (job.weight_bytes_per_param + job.grad_bytes_per_param)
         row = MemoryBreakdown(
             stage=stage,
             layers_on_stage=layers,

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from optlayout.cost import comm
-from optlayout.cost.memory import stage_layer_counts
+from optlayout.cost.memory import kv_width_per_rank, stage_layer_counts
 from optlayout.cost.params import CostParams
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
@@ -81,10 +81,11 @@ def layer_times(
     """Forward-pass pieces of one layer; the backward and recompute are derived from them."""
     t = layout.tp
     tokens = job.seq_len * layout.micro_batch / layout.cp
-    h, dq, dkv, f = model.hidden, model.q_width, model.kv_width, model.ffn
+    h, dq, f = model.hidden, model.q_width, model.ffn
+    kv_rank = kv_width_per_rank(model, t)  # replicated when tp > kv_heads
     gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
     gemms = (
-        gemm_s(tokens, (dq + 2 * dkv) / t, h, gemm_rate, gpu, params)
+        gemm_s(tokens, dq / t + 2 * kv_rank, h, gemm_rate, gpu, params)
         + gemm_s(tokens, h, dq / t, gemm_rate, gpu, params)
         + gemm_s(tokens, (model.mlp_matrices - 1) * f / t, h, gemm_rate, gpu, params)
         + gemm_s(tokens, h, f / t, gemm_rate, gpu, params)
@@ -112,7 +113,7 @@ def layer_times(
     activation = 2.0 * tokens * h
     tp_comm = 2 * comm.all_reduce_s(activation, links.tp, params.collective_efficiency)
     # CP ring attention: each of cp-1 steps passes this rank's K and V chunk to its neighbour.
-    kv_chunk = 2.0 * 2.0 * tokens * dkv / t
+    kv_chunk = 2.0 * 2.0 * tokens * kv_rank
     cp_comm = (layout.cp - 1) * comm.p2p_s(kv_chunk, links.cp, params.collective_efficiency)
     return LayerTimes(gemms, attention, elementwise, tp_comm, cp_comm)
 

@@ -68,7 +68,9 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     except FileNotFoundError:
         raise OptlayoutError(f"calibration: no such file {str(path)!r}") from None
     except yaml.YAMLError as exc:
-        raise OptlayoutError(f"calibration: {path} is not valid YAML ({exc})") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise OptlayoutError(f"calibration: {path} is not valid YAML{where}") from None
     if not isinstance(raw, dict) or raw.get("schema_version") != PROFILE_SCHEMA_VERSION:
         raise OptlayoutError(f"calibration: {path} is not a version-{PROFILE_SCHEMA_VERSION} calibration profile")
     try:

@@ -17,6 +17,8 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise OptlayoutError("plot: matplotlib is not installed (pip install 'optlayout[plot]')") from None
+    if Path(path).suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise OptlayoutError(f"plot: {path} should end in .png, .svg or .pdf")
     runs = result["runs"]
     fig, ax = plt.subplots(figsize=(6.5, 6), dpi=120)
     sources = sorted({r["source"] for r in runs})

@@ -164,7 +164,8 @@ class CostTable:
         ordered: list[tuple[float, LayoutGroup]] = [(math.inf, g) for g in groups]
         if k is not None:
             ordered = sorted(((self.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
-        margin = 1 - 2.0 / THROUGHPUT_RESOLUTION
+        # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
+        margin = 2.0 * (ordered[0][0] if ordered and k is not None else 0.0) / THROUGHPUT_RESOLUTION
         best_by_layout: dict[tuple, float] = {}
         state_ok: dict[tuple, bool] = {}
         overflow_mb: dict[tuple, int] = {}
@@ -174,7 +175,7 @@ class CostTable:
         for bound, group in ordered:
             if k is not None and len(best_by_layout) >= k:
                 kth = sorted(best_by_layout.values(), reverse=True)[k - 1]
-                if bound < kth * margin:
+                if bound < kth - margin:
                     break  # every remaining group is bounded below the k-th best: none can enter the top k
             for lay in group.layouts():
                 skey = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
@@ -183,7 +184,8 @@ class CostTable:
                     ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
                 if not ok:
                     continue
-                mkey = (*skey, lay.cp, lay.vp, lay.recompute, lay.sequence_parallel)
+                # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
+                mkey = (*skey, lay.cp, lay.vp, lay.grad_accum, lay.recompute, lay.sequence_parallel)
                 if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                     continue
                 cand = self.candidate(lay)
@@ -219,14 +221,14 @@ def passes_limits(candidate: Candidate, limits: Limits) -> bool:
     return bubble is None or round(candidate.evaluation.bubble_fraction * 1e6) <= round(bubble * 1e6)
 
 
-def top_k_skyline(candidates: list[Candidate], k: int) -> list[Candidate]:
+def top_k_skyline(candidates: list[Candidate], k: int, scale: float | None = None) -> list[Candidate]:
     """The candidates that can be in the top k: drop those that at least `k` others beat on rank while
     needing no more memory, with the same global batch and no larger bubble. Whatever the memory capacity,
     batch bounds or bubble limit, such a candidate has k feasible better ones whenever it is feasible
     itself, so it is never in the top k: the reduction is exact for the top-k CP-SAT model (which keeps
     the memory and batch constraints). The argument holds for any rank the model and the oracle share,
     so also for goodput, which is folded into `cluster_tokens_per_s` before ranking."""
-    scale = throughput_scale(candidates)
+    scale = throughput_scale(candidates) if scale is None else scale
     kept: list[Candidate] = []
     by_batch: dict[int, list[tuple[int, float]]] = {}
     for cand in sorted(candidates, key=lambda c: rank_key(c, scale)):

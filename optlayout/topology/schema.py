@@ -146,7 +146,7 @@ class GeneratorDoc(ServerPart):
     name: str | None = None
     description: str = ""
     gpu: str
-    servers: PositiveInt
+    servers: int = Field(gt=0, le=131_072, description="at most 2^17 servers (about a million GPUs)")
     fabric: FabricSpec = FabricSpec()
 
 
