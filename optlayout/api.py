@@ -59,12 +59,30 @@ def space_options(
     exclude: Mapping[str, list[object]] | None = None,
     **switches: Any,
 ) -> SpaceOptions:
-    """Normalize user pins (`{"tp": 8, "sharding": "fsdp"}`), maxima and exclusions."""
+    """Normalize user pins (`{"tp": 8, "sharding": "fsdp"}`), maxima and exclusions, and refuse the ones that
+    contradict a layout rule, so that a request fails naming the rule rather than with an empty space."""
     pinned = {normalize_key(k): coerce_value(normalize_key(k), v) for k, v in (pins or {}).items()}
-    maxed = {normalize_key(k): int(v) for k, v in (maxima or {}).items()}
+    maxed: dict[str, int] = {}
+    for key, value in (maxima or {}).items():
+        name = normalize_key(key)
+        if name in ("sharding", "recompute", "sequence_parallel"):
+            raise OptlayoutError(f"max: {name} is not a number; use --pin or --exclude")
+        maxed[name] = int(coerce_value(name, value))  # type: ignore[arg-type]
     excluded = {
         normalize_key(k): frozenset(coerce_value(normalize_key(k), v) for v in vs) for k, vs in (exclude or {}).items()
     }
+    if pinned.get("sequence_parallel") is True and pinned.get("tp") == 1:
+        raise OptlayoutError("pin: sequence_parallel needs tp > 1")
+    if pinned.get("vp", 1) > 1 and pinned.get("pp") == 1:  # type: ignore[operator]
+        raise OptlayoutError("pin: vp > 1 needs pp > 1")
+    bubble = switches.get("max_bubble_fraction")
+    if bubble is not None and not 0 <= bubble <= 1:
+        raise OptlayoutError(f"max-bubble: a fraction in [0, 1] (got {bubble})")
+    # a pinned value above a search limit raises the limit rather than emptying the space
+    for pin, limit in (("micro_batch", "max_micro_batch"), ("vp", "max_vp"), ("cp", "max_cp")):
+        if pin in pinned:
+            default = SpaceOptions.__dataclass_fields__[limit].default
+            switches[limit] = max(int(switches.get(limit, default)), int(pinned[pin]))  # type: ignore[arg-type]
     return SpaceOptions(pins=pinned, maxima=maxed, exclude=excluded, **switches)
 
 

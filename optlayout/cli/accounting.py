@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.cost import check_layout, flops
+from optlayout.cost import check_layout, flops, usable_memory_bytes
 from optlayout.cost.memory import state_bytes_per_gpu
 from optlayout.errors import OptlayoutError
 from optlayout.layout_text import parse_layout
@@ -125,6 +125,8 @@ def memory_command(
     if params is not None:
         if model or model_config:
             raise OptlayoutError("params: give --params or a model, not both")
+        if seq_len is not None:
+            raise OptlayoutError("seq-len: activations need a model shape; give --model with --seq-len")
         if params <= 0:
             raise OptlayoutError(f"params: must be positive (got {params})")
         total_params, per_gpu_params = params, params / (tp * pp)
@@ -138,7 +140,7 @@ def memory_command(
         total_params = shape.params
         layout = Layout(
             tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=micro_batch, grad_accum=max(pp, 1), sharding=shard,
-            recompute=recompute, sequence_parallel=sequence_parallel and tp > 1,
+            recompute=recompute, sequence_parallel=sequence_parallel,
         )  # fmt: skip
         check_layout(shape, job.model_copy(update={"seq_len": seq_len or 2 * cp}), layout, layout.gpus)
         if seq_len is not None:
@@ -167,7 +169,8 @@ def memory_command(
     out["total_per_gpu_gb"] = common.gb(total)
     if capacity is not None:
         out["capacity_gb"] = common.gb(capacity)
-        out["fits"] = total <= capacity
+        out["usable_gb"] = common.gb(usable_memory_bytes(capacity, job))  # less the default 5% headroom
+        out["fits"] = total <= usable_memory_bytes(capacity, job)
     if as_json:
         common.print_json(out)
         return

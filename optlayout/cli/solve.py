@@ -26,7 +26,10 @@ def register(app: typer.Typer) -> None:
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
-        out |= common.parse_pairs(item, what)
+        for key, value in common.parse_pairs(item, what).items():
+            if key in out and out[key] != value:
+                raise OptlayoutError(f"{what}: {key} given twice ({out[key]} and {value})")
+            out[key] = value
     return out
 
 

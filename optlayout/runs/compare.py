@@ -10,6 +10,7 @@ import itertools
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from optlayout.cost import CostParams
@@ -17,6 +18,7 @@ from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
 from optlayout.solver.oracle import rank_every_layout
 from optlayout.solver.tables import Candidate, layout_identity
+from optlayout.specs import Layout
 from optlayout.topology import topology_from_cluster
 
 ParamsFor = Callable[[str, str], CostParams]
@@ -32,6 +34,31 @@ def _ranking(record: RunRecord, params: CostParams) -> list[Candidate]:
     return rank_every_layout(record.model, run_job(record), topology_from_cluster(record.cluster), params)
 
 
+@dataclass(frozen=True)
+class GroupRanking:
+    """What compare keeps of one group's full ranking: positions, the best layout and the throughputs."""
+
+    count: int
+    position: dict[tuple, int]
+    best: tuple[Layout, float] | None
+    descending_tps: list[float]
+
+    @classmethod
+    def of(cls, ranking: list[Candidate]) -> GroupRanking:
+        position: dict[tuple, int] = {}
+        for k, c in enumerate(ranking):
+            position.setdefault(layout_identity(c.layout), k + 1)
+        best = (ranking[0].layout, ranking[0].evaluation.tokens_per_s_per_gpu) if ranking else None
+        return cls(len(ranking), position, best, [c.evaluation.tokens_per_s_per_gpu for c in ranking])
+
+    def rank_of(self, layout: Layout, tokens_per_s_per_gpu: float) -> int | None:
+        """The layout's position; one outside the searched space or over memory ranks by its throughput."""
+        found = self.position.get(layout_identity(layout))
+        if found is not None or not self.count:
+            return found
+        return 1 + sum(tps > tokens_per_s_per_gpu for tps in self.descending_tps)
+
+
 def compare_runs(
     records: list[RunRecord],
     params_for: ParamsFor,
@@ -41,7 +68,7 @@ def compare_runs(
     """The `optlayout compare --json` result: per-run rows and a summary."""
     rows: list[dict[str, Any]] = []
     preds: list[RunPrediction] = []
-    rankings: dict[tuple, list[Candidate]] = {}
+    rankings: dict[tuple, GroupRanking] = {}
     for i, rec in enumerate(records):
         params = params_for(rec.cluster.gpu, rec.job.precision)
         pred = predict_run(rec, params)
@@ -68,21 +95,14 @@ def compare_runs(
         if rank_layouts:
             key = (rec.group_key, params)
             if key not in rankings:
-                rankings[key] = _ranking(rec, params)
+                rankings[key] = GroupRanking.of(_ranking(rec, params))
             ranking = rankings[key]
-            row["legal_layouts"] = len(ranking)
-            mine = layout_identity(pred.layout)
-            position = next((k + 1 for k, c in enumerate(ranking) if layout_identity(c.layout) == mine), None)
-            if position is None and ranking:  # outside the searched space or over memory: rank by throughput
-                position = 1 + sum(c.evaluation.tokens_per_s_per_gpu > pred.prediction.tokens_per_s_per_gpu
-                                   for c in ranking)  # fmt: skip
-            row["measured_layout_rank"] = position
-            if ranking:
-                best = ranking[0]
-                row["solver_pick"] = best.layout.model_dump(mode="json")
-                row["solver_predicted_gain"] = (
-                    best.evaluation.tokens_per_s_per_gpu / pred.prediction.tokens_per_s_per_gpu - 1
-                )
+            row["legal_layouts"] = ranking.count
+            row["measured_layout_rank"] = ranking.rank_of(pred.layout, pred.prediction.tokens_per_s_per_gpu)
+            if ranking.best is not None:
+                best_layout, best_tps = ranking.best
+                row["solver_pick"] = best_layout.model_dump(mode="json")
+                row["solver_predicted_gain"] = best_tps / pred.prediction.tokens_per_s_per_gpu - 1
         rows.append(row)
         if progress:
             progress(i + 1, len(records))

@@ -13,6 +13,12 @@ _GB = 1e9
 
 def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions) -> str:
     """No layout is legal before memory is even considered: say which rule excludes them."""
+    cp = options.pins.get("cp")
+    if isinstance(cp, int) and cp > 1 and job.seq_len % (2 * cp):
+        return f"cp: seq_len ({job.seq_len}) must split into 2 x cp = {2 * cp} equal chunks for load-balanced CP"
+    pp = options.pins.get("pp")
+    if isinstance(pp, int) and pp > model.layers:
+        return f"pp: {pp} pipeline stages exceed the model's {model.layers} layers"
     tps = tp_choices(model, gpus, domain_size, options)
     if not tps:
         return (
