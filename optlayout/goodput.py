@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from optlayout import reliability as rel
 from optlayout.cost import Prediction
-from optlayout.cost.memory import stage_layer_counts, stage_params, state_bytes_per_gpu
+from optlayout.cost.memory import layer_params_per_rank, stage_layer_counts, stage_params, state_bytes_per_gpu
 from optlayout.errors import OptlayoutError, describe_validation_error
 from optlayout.specs import JobSpec, Layout, ModelSpec, Sharding
 
@@ -134,8 +134,12 @@ def checkpoint_state(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
     per_param = job.weight_bytes_per_param + job.optimizer_bytes_per_param
     share, resident = [], 0.0  # unique bytes each rank of a stage writes; the most any GPU holds
     for i, n in enumerate(counts):
-        weights, _, optim = state_bytes_per_gpu(stage_params(model, layout, i, n), job, layout.sharding, d)
+        held = stage_params(model, layout, i, n)
+        weights, _, optim = state_bytes_per_gpu(held, job, layout.sharding, d)
         resident = max(resident, weights + optim)
+        # kv heads replicated over tp > kv_heads ranks are saved once: count each rank's share of one copy
+        own = held - n * (layer_params_per_rank(model, layout.tp) - model.layer_params / layout.tp)
+        weights, _, optim = state_bytes_per_gpu(own, job, layout.sharding, d)
         unique_per_rank = weights / replicas_w + optim / replicas_o
         if model.tied_embeddings and layout.pp > 1 and i == layout.pp - 1:
             # the last stage's own copy of the tied embedding replicates the first stage's
