@@ -184,7 +184,8 @@ def memory_command(
     table.add_row("total", f"{total / 1e9:.2f}")
     common.console.print(table)
     if capacity is not None:
-        common.console.print(f"capacity {capacity / 1e9:.1f} GB: {'fits' if out['fits'] else 'does NOT fit'}")
+        verdict = "fits" if out["fits"] else "does NOT fit"
+        common.console.print(f"usable {out['usable_gb']} of {capacity / 1e9:.1f} GB (5% headroom): {verdict}")
 
 
 def estimate_command(
