@@ -80,7 +80,8 @@ def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
     """A Megatron-expressible split of `layers` over `pp` stages: (first, last) layer counts, None for even.
 
     Even when `pp` divides `layers`; else equal first and last stages with fewer layers than the even
-    middle stages (`--decoder-first/last-pipeline-num-layers`), the most balanced such split; None when
+    middle stages (`--decoder-first/last-pipeline-num-layers`), with the smallest middle stage that works
+    (not always the most balanced split Megatron could express with unequal first and last stages); None when
     no split exists (returned as the bare None, distinct from `(None, None)`).
     """
     if pp == 1 or layers % pp == 0:
