@@ -18,3 +18,11 @@ def write_section(name: str, title: str, text: str) -> None:
     else:
         body = body.rstrip() + f"\n\n## {title}\n\n" + block + "\n"
     RESULTS.write_text(body)
+
+
+def publish(name: str, title: str, text: str, write: bool) -> None:
+    """Write the section with `--write`, else print it."""
+    if write:
+        write_section(name, title, text)
+    else:
+        print(text)

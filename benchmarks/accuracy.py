@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _results import write_section
+from _results import publish
 
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.runs.predict import RunPrediction, predict_run
@@ -125,9 +125,7 @@ def main() -> int:
     if not args.calibration:
         lines += ["", *_cross_validation(records)]
     text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section("accuracy", "Prediction accuracy on the published runs", text)
+    publish("accuracy", "Prediction accuracy on the published runs", text, args.write)
     return 0
 
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from _results import write_section
+from _results import publish
 
 from optlayout.api import solve
 from optlayout.presets import model_preset
@@ -78,10 +78,7 @@ def main() -> int:
         )
         print(lines[-1], flush=True)
     text = "\n".join(lines)
-    if args.write:
-        write_section("published", "Where published layouts rank", text)
-    else:
-        print(text)
+    publish("published", "Where published layouts rank", text, args.write)
     return 0
 
 

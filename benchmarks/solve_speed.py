@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _results import write_section
+from _results import publish
 
 from optlayout.api import solve
 from optlayout.presets import model_preset
@@ -91,10 +91,7 @@ def main() -> int:
         )
         print(lines[-1], flush=True)
     text = "\n".join(lines)
-    if args.write:
-        write_section("speed", "Solver speed", text)
-    else:
-        print(text)
+    publish("speed", "Solver speed", text, args.write)
     return 0
 
 

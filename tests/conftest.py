@@ -24,6 +24,20 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "optlayout.cli", *args], capture_output=True, text=True, cwd=ROOT)
 
 
+def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    """`optlayout ARGS` in-process, as the console script runs it: (exit status, stdout, stderr)."""
+    from optlayout.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["optlayout", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,25 +22,12 @@ from optlayout.solver.space import SpaceOptions, enumerate_layouts
 from optlayout.solver.tables import CostTable
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
 from optlayout.topology import topology_from_cluster
+from tests.conftest import run_main
 
 HOUR, GB = 3600.0, 1e9
 NO_RESERVE = CostParams(runtime_reserve_bytes=0)
 # Llama 3's 419 interruptions in 54 days on 16,384 GPUs: 1.97e-5 failures per GPU-hour
 LLAMA3_RATE_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
-
-
-def run_main(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
-    """`optlayout ARGS` in-process, as the console script runs it: (exit status, stdout, stderr)."""
-    from optlayout.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["optlayout", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- checkpoint bytes ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from scipy import optimize
 
 from optlayout import reliability as rel
 from optlayout.errors import OptlayoutError
+from tests.conftest import run_main
 
 MIN, HOUR, DAY = 60.0, 3600.0, 86400.0
 
@@ -22,20 +23,6 @@ MIN, HOUR, DAY = 60.0, 3600.0, 86400.0
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run `python -m optlayout.cli ARGS` (which calls `main()`, as the `optlayout` script does) in a fresh process."""
     return subprocess.run([sys.executable, "-m", "optlayout.cli", *args], capture_output=True, text=True, timeout=120)
-
-
-def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
-    """Call `optlayout.cli.main` in-process as the console script does: (exit status, stdout, stderr)."""
-    from optlayout.cli import main  # imported here so that the library tests run even if the CLI does not
-
-    monkeypatch.setattr(sys, "argv", ["optlayout", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from optlayout.errors import OptlayoutError
 from optlayout.plan import Plan
 from optlayout.replan import layout_changes, replan
 from optlayout.specs import JobSpec, Layout, ModelSpec
+from tests.conftest import run_main
 
 # 4 heads (tp in 1, 2, 4), 2 layers (pp in 1, 2), cp a power of two: no layout can hold a factor of 3.
 TINY = ModelSpec(name="tiny", layers=2, hidden=128, ffn=512, heads=4, kv_heads=4, vocab=1000)
@@ -28,20 +28,6 @@ scale_up: {kind: nvswitch}
 nics: {per_server: 8, gbps: 400}
 fabric: {kind: rail, servers_per_leaf: 32, oversubscription: 1}
 """
-
-
-def run_main(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
-    """`optlayout ARGS` in-process, as the console script runs it: (exit status, stdout, stderr)."""
-    from optlayout.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["optlayout", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

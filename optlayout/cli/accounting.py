@@ -209,12 +209,10 @@ def estimate_command(
     """A full prediction for one given layout: memory, step time and where the time goes."""
     from optlayout.api import estimate_run
 
-    shape = common.model_arg(model, model_config)
-    topo = common.cluster_arg(topology, cluster)
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom)  # fmt: skip
+    shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     lay = parse_layout(layout)
-    params = common.params_arg(calibration, topo.gpu.name, precision)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)
     if as_json:
         common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler})

@@ -112,6 +112,20 @@ def job_arg(
         raise OptlayoutError(describe_validation_error(exc, "job")) from None
 
 
+def inputs_arg(
+    model: str | None,
+    model_config: Path | None,
+    topology: Path | None,
+    cluster: str | None,
+    job: JobSpec,
+    calibration: str | None,
+) -> tuple[ModelSpec, Any, CostParams]:
+    """The model, the cluster's Topology and the cost parameters for the GPU and the job's precision."""
+    shape = model_arg(model, model_config)
+    topo = cluster_arg(topology, cluster)
+    return shape, topo, params_arg(calibration, topo.gpu.name, job.precision)
+
+
 def profile_arg(calibration: str | None) -> Any:
     """The calibration profile: the shipped one by default, a file, or None for `--calibration none`."""
     from optlayout.runs.calibrate import load_profile, shipped_profile_path

@@ -434,12 +434,10 @@ def explain_command(
     from optlayout.api import explain_layout
     from optlayout.layout_text import parse_layout
 
-    shape = common.model_arg(model, model_config)
-    topo = common.cluster_arg(topology, cluster)
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom)  # fmt: skip
-    report = explain_layout(shape, topo, job, parse_layout(layout), common.params_arg(calibration, topo.gpu.name,
-                                                                                        precision))  # fmt: skip
+    shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
+    report = explain_layout(shape, topo, job, parse_layout(layout), params)
     if as_json:
         common.print_json(report)
         return
