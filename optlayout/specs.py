@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 MlpKind = Literal["swiglu", "gelu", "relu2"]
 Precision = Literal["bf16", "fp16", "fp8"]
+GpuArch = Literal["ampere", "hopper", "blackwell", "cdna3", "other"]
+AttentionKernel = Literal["flash", "flash2", "naive"]
+HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
 
 
 class Sharding(StrEnum):
@@ -128,6 +131,9 @@ class GpuSpec(_Spec):
     """One accelerator. Peak FLOP/s are dense (non-sparse) datasheet figures."""
 
     name: str
+    arch: GpuArch = Field(
+        "other", description="tensor-core generation: Hopper and newer run Ampere-era kernels (FlashAttention-2) slower"
+    )
     memory_bytes: float = Field(gt=0)
     peak_flops: dict[Precision, float] = Field(description="dense peak FLOP/s per matrix precision")
     hbm_bandwidth_Bps: float = Field(gt=0)
@@ -189,8 +195,11 @@ class JobSpec(_Spec):
     memory_headroom: float = Field(0.05, ge=0, lt=1, description="fraction of GPU memory kept free")
     causal: bool = True
     dropout: bool = Field(False, description="dropout layers active (they store 1-byte masks for backward)")
-    attention_kernel: Literal["flash", "naive"] = Field(
-        "flash", description="flash: IO-aware attention (no s^2 activations); naive: softmax materialized"
+    attention_kernel: AttentionKernel = Field(
+        "flash",
+        description="flash: the GPU generation's own IO-aware kernel (FlashAttention-2 on Ampere, cuDNN/"
+        "FlashAttention-3 on Hopper and newer); flash2: FlashAttention-2 (or an Ampere-era Triton kernel) on any GPU; "
+        "naive: softmax materialized",
     )
 
     @model_validator(mode="after")

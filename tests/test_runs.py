@@ -125,7 +125,7 @@ def test_compare_plot_writes_a_png(compared):
 
 
 def _prediction(record: RunRecord, layout: Layout, predicted: float) -> RunPrediction:
-    return RunPrediction(record, layout, {}, Prediction.model_construct(tokens_per_s_per_gpu=predicted))
+    return RunPrediction(record, layout, {}, Prediction.model_construct(tokens_per_s_per_gpu=predicted), {})
 
 
 def test_pairwise_order_accuracy_on_a_hand_built_set():

@@ -198,6 +198,7 @@ def estimate_command(
     global_batch: common.GlobalBatchOpt = None,
     global_batch_tokens: common.GlobalBatchTokensOpt = None,
     precision: common.PrecisionOpt = "bf16",
+    attention_kernel: common.AttentionKernelOpt = "flash",
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,
@@ -210,7 +211,8 @@ def estimate_command(
     from optlayout.api import estimate_run
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
-                         optimizer_bytes=optimizer_bytes, headroom=headroom)  # fmt: skip
+                         optimizer_bytes=optimizer_bytes, headroom=headroom,
+                         attention_kernel=attention_kernel)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     lay = parse_layout(layout)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)

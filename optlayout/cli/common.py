@@ -59,6 +59,14 @@ GlobalBatchTokensOpt = Annotated[int | None, typer.Option("--global-batch-tokens
 MinBatchOpt = Annotated[int | None, typer.Option("--min-global-batch", help="lower bound, sequences")]
 MaxBatchOpt = Annotated[int | None, typer.Option("--max-global-batch", help="upper bound, sequences")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8")]
+AttentionKernelOpt = Annotated[
+    str,
+    typer.Option(
+        "--attention-kernel",
+        help="flash: the GPU's own fused kernel (cuDNN/FlashAttention-3 on Hopper+); flash2: FlashAttention-2 "
+        "(e.g. PyTorch SDPA's flash backend); naive: softmax materialized",
+    ),
+]
 OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="fraction of GPU memory kept free")]
 CalibrationOpt = Annotated[
@@ -96,6 +104,7 @@ def job_arg(
     precision: str = "bf16",
     optimizer_bytes: float = 12.0,
     headroom: float = 0.05,
+    attention_kernel: str = "flash",
 ) -> JobSpec:
     try:
         return JobSpec(
@@ -107,6 +116,7 @@ def job_arg(
             precision=precision,  # type: ignore[arg-type]
             optimizer_bytes_per_param=optimizer_bytes,
             memory_headroom=headroom,
+            attention_kernel=attention_kernel,  # type: ignore[arg-type]
         )
     except pydantic.ValidationError as exc:
         raise OptlayoutError(describe_validation_error(exc, "job")) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -80,6 +81,11 @@ def compare_command(
             ", ".join(f"{k}={v}" for k, v in row["filled_fields"].items()),
         )
     common.console.print(table)
+    assumptions = Counter(
+        f"{field}={a['value']} ({a['why']})" for row in result["runs"] for field, a in row["assumed"].items()
+    )
+    for text, n in sorted(assumptions.items()):
+        common.console.print(f"assumed for {n} runs: {text}")
     s = result["summary"]
     order = s["pairwise_order_accuracy"]
     common.console.print(

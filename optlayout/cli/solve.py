@@ -162,6 +162,7 @@ def solve_command(
     min_global_batch: common.MinBatchOpt = None,
     max_global_batch: common.MaxBatchOpt = None,
     precision: common.PrecisionOpt = "bf16",
+    attention_kernel: common.AttentionKernelOpt = "flash",
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     headroom: common.HeadroomOpt = 0.05,
     top: Annotated[int, typer.Option("--top", help="how many layouts")] = 5,
@@ -215,7 +216,8 @@ def solve_command(
     if from_plan is not None:
         job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
                                     ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
-                                    ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch))
+                                    ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch),
+                                    ("--attention-kernel", None if attention_kernel == "flash" else attention_kernel))
                      if v is not None]  # fmt: skip
         if job_flags:
             raise OptlayoutError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
@@ -241,7 +243,7 @@ def solve_command(
             raise OptlayoutError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
         shape = common.model_arg(model, model_config)
         job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
-                             precision, optimizer_bytes, headroom)  # fmt: skip
+                             precision, optimizer_bytes, headroom, attention_kernel)  # fmt: skip
         params = common.params_arg(calibration, resolve_cluster(source).gpu.name, precision)
         plan = solve(
             shape, source, job, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_), exclude=_excludes(exclude),
@@ -425,6 +427,7 @@ def explain_command(
     global_batch: common.GlobalBatchOpt = None,
     global_batch_tokens: common.GlobalBatchTokensOpt = None,
     precision: common.PrecisionOpt = "bf16",
+    attention_kernel: common.AttentionKernelOpt = "flash",
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,
@@ -435,7 +438,8 @@ def explain_command(
     from optlayout.layout_text import parse_layout
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
-                         optimizer_bytes=optimizer_bytes, headroom=headroom)  # fmt: skip
+                         optimizer_bytes=optimizer_bytes, headroom=headroom,
+                         attention_kernel=attention_kernel)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     report = explain_layout(shape, topo, job, parse_layout(layout), params)
     if as_json:

@@ -39,6 +39,14 @@ class CostParams(BaseModel):
         "FlashAttention-2 reaches 50-73% of A100 peak forward, lower backward (Dao 2023); FA2 on H100 ~35-50%, "
         "FA3 ~60-75% (Shah et al. 2024).",
     )
+    flash2_speed_on_hopper: float = Field(
+        0.57,
+        gt=0,
+        le=1,
+        description="speed of FlashAttention-2 (mma.sync, no TMA/wgmma) on Hopper and newer relative to the native "
+        "kernel. Source: FlashAttention-3 is 1.5-2.0x faster than FlashAttention-2 on H100 in BF16 (Shah et al. "
+        "2024, abstract; FA2 reaches 35% of H100 peak): 1/1.75.",
+    )
     gemm_tile: int = Field(
         128,
         ge=1,

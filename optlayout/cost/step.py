@@ -1,7 +1,7 @@
 """Step time: compute on the slowest pipeline stage, exposed TP/CP/PP/DP communication, bubble, optimizer.
 
-Per micro-batch and layer, on one GPU: the layer's GEMMs (a roofline per GEMM: FLOPs at the GEMM
-efficiency of the precision's peak, with tile padding, or bytes at HBM bandwidth, whichever is slower,
+Per micro-batch and layer, on one GPU: the layer's GEMMs (per GEMM: a main loop bound by FLOPs at the
+GEMM efficiency of the precision's peak, with tile padding, or by operand bytes, then the output store,
 plus a launch cost), the attention core (FLOPs at the attention kernel's efficiency), and memory-bound
 elementwise work. Backward is twice the GEMMs and `attention_backward_ratio` times the attention;
 recomputation repeats the forward (full) or the attention core (selective). The pipeline runs
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from optlayout.cost import comm
 from optlayout.cost.memory import kv_width_per_rank, stage_layer_counts
 from optlayout.cost.params import CostParams
-from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
+from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,19 @@ def _padded(dim: float, tile: int) -> float:
 
 
 def gemm_s(m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, params: CostParams) -> float:
-    """Roofline time of one (m x k) @ (k x n) GEMM in 16-bit operands."""
+    """Time of one (m x k) @ (k x n) GEMM in 16-bit operands.
+
+    The main loop streams the operands while the tensor cores work, so it takes the longer of the (tile-padded)
+    FLOPs at the GEMM rate and the operand bytes at HBM bandwidth; the epilogue then stores the (m x n) output,
+    which a tile's main loop does not hide (non-persistent kernels). Narrow GEMMs (hidden 768-2048) pay most.
+    """
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     tile = params.gemm_tile
     flops = 2.0 * _padded(m, tile) * _padded(n, tile) * _padded(k, tile)
-    bytes_moved = 2.0 * (m * k + k * n + m * n)
     hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
-    return max(flops / flops_per_s, bytes_moved / hbm) + params.kernel_overhead_s
+    main_loop = max(flops / flops_per_s, 2.0 * (m * k + k * n) / hbm)
+    return main_loop + 2.0 * m * n / hbm + params.kernel_overhead_s
 
 
 @dataclass(frozen=True)
@@ -94,9 +99,12 @@ def layer_times(
     attn_flops = 4.0 * tokens * job.seq_len * dq / t * causal  # each CP rank's queries see the whole sequence
     hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
     bf16_peak = gpu.peak_flops_for("bf16") if "bf16" in gpu.peak_flops else gpu.peak_flops_for(job.precision)
-    if job.attention_kernel == "flash":
+    if job.attention_kernel != "naive":
+        efficiency = params.attention_efficiency
+        if job.attention_kernel == "flash2" and gpu.arch in HOPPER_OR_NEWER:
+            efficiency *= params.flash2_speed_on_hopper
         # ring attention (CP) runs the kernel once per K/V chunk
-        attention = attn_flops / (bf16_peak * params.attention_efficiency) + layout.cp * params.kernel_overhead_s
+        attention = attn_flops / (bf16_peak * efficiency) + layout.cp * params.kernel_overhead_s
     else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
         scores = model.heads / t * tokens * job.seq_len * causal
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm

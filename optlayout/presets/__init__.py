@@ -44,6 +44,7 @@ def gpu_preset(name: str) -> GpuSpec:
     row = table[key]
     return GpuSpec(
         name=key,
+        arch=row["arch"],
         memory_bytes=row["memory_gib"] * _GIB,
         peak_flops={p: float(v) * 1e12 for p, v in row["peak_tflops"].items()},
         hbm_bandwidth_Bps=float(row["hbm_tbytes_per_s"]) * 1e12,

@@ -85,6 +85,7 @@ def compare_runs(
             "measured_mfu": measured * mfu_per_token_s,
             "predicted_mfu": pred.prediction.mfu,
             "filled_fields": pred.filled_fields,
+            "assumed": pred.assumed,
             "layout": pred.layout.model_dump(mode="json"),
             "predicted_fits_memory": pred.prediction.fits,
             "measured_layout_rank": None,

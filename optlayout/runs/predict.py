@@ -23,6 +23,7 @@ class RunPrediction:
     layout: Layout
     filled_fields: dict[str, object]
     prediction: Prediction
+    assumed: dict[str, dict[str, str]]  # job fields the record did not state: {"value": ..., "why": ...}
 
     @property
     def ape(self) -> float:
@@ -32,7 +33,15 @@ class RunPrediction:
 
 
 def run_job(record: RunRecord) -> JobSpec:
-    return JobSpec(seq_len=record.job.seq_len, global_batch=record.job.global_batch, precision=record.job.precision)
+    kernel, _ = record.attention_kernel()
+    return JobSpec(seq_len=record.job.seq_len, global_batch=record.job.global_batch, precision=record.job.precision,
+                   attention_kernel=kernel)  # fmt: skip
+
+
+def assumed_fields(record: RunRecord) -> dict[str, dict[str, str]]:
+    """Job fields the record leaves unstated, with the value assumed and why."""
+    kernel, why = record.attention_kernel()
+    return {} if why is None else {"attention_kernel": {"value": kernel, "why": why}}
 
 
 def _pins(record: RunRecord) -> dict[str, object]:
@@ -70,7 +79,7 @@ def predict_run(
         result = solve_top_k(candidates, Limits(math.inf))
     best = result.ranked[0]
     filled = {k: _plain(getattr(best.layout, k)) for k in record.layout.unknown()}
-    return RunPrediction(record, best.layout, filled, best.prediction)
+    return RunPrediction(record, best.layout, filled, best.prediction, assumed_fields(record))
 
 
 def _plain(value: object) -> object:

@@ -11,7 +11,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from optlayout.errors import OptlayoutError, describe_validation_error
-from optlayout.specs import ClusterSpec, ModelSpec, Precision
+from optlayout.specs import AttentionKernel, ClusterSpec, ModelSpec, Precision
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "micro_batch", "sharding", "recompute", "sequence_parallel")
 
@@ -22,6 +22,14 @@ class RunJob(BaseModel):
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0)
     precision: Precision = "bf16"
+    attention_kernel: AttentionKernel | None = Field(None, description="flash | flash2 | naive; null = not stated")
+
+
+# Frameworks whose published benchmarks ran an Ampere-era attention kernel whatever the GPU, recognised in a
+# record's `source` when `job.attention_kernel` is not stated.
+FLASH2_FRAMEWORKS = {
+    "llm-foundry": "llm-foundry's MPT benchmarks ran FlashAttention-2/Triton attention (attn_impl flash/triton)",
+}
 
 
 class RunLayout(BaseModel):
@@ -66,6 +74,15 @@ class RunRecord(BaseModel):
     layout: RunLayout
     measured: Measured
     hardware_note: str | None = None
+
+    def attention_kernel(self) -> tuple[AttentionKernel, str | None]:
+        """The attention kernel the run used, and why it was assumed (None when the record states it)."""
+        if self.job.attention_kernel is not None:
+            return self.job.attention_kernel, None
+        for name, why in FLASH2_FRAMEWORKS.items():
+            if name in self.source:
+                return "flash2", f"from the source: {why}"
+        return "flash", "not stated: the GPU's native fused kernel"
 
     @property
     def group_key(self) -> tuple:
