@@ -188,7 +188,7 @@ def test_megatron_rule_query_groups():
         ("tp=8,pp=4,vp=3,dp=2,ga=16", "num_layers_per_virtual_pipeline_stage == 0 broken: 20 layers per pipeline rank"),
         ("tp=8,cp=3,dp=2", "seq_length % (2 * context_parallel_size) == 0"),
         ("tp=8,pp=4,dp=2,first=18", "80 layers cannot be split over 4 stages with first=18"),
-        ("tp=8,pp=4,vp=2,dp=2,ga=16,first=19,last=19", "layers on the first pipeline stage % virtual_pipeline"),
+        ("tp=8,pp=4,vp=2,dp=2,ga=16,first=19,last=19", "fullest pipeline stage forms vp equal virtual stages"),
     ],
 )
 def test_megatron_pipeline_rules(text, needle):
@@ -208,6 +208,22 @@ def test_megatron_uneven_stages():
     interleaved = _args("tp=8,pp=4,vp=2,dp=2,ga=16,first=18,last=18")
     assert interleaved[interleaved.index("--num-virtual-stages-per-pipeline-rank") + 1] == "2"
     assert "--num-layers-per-virtual-pipeline-stage" not in interleaved
+
+
+def test_megatron_interleaves_llama3_405b_stages_of_7_and_8_layers_with_a_layout_string():
+    """Llama 3 405B as Meta ran it (Dubey et al. 2024, 3.3.2): 126 layers on pp 16, one layer fewer on the first
+    and last stages, interleaved; with vp 8 the first virtual stage is the embedding alone, the last the loss."""
+    layout = parse_layout("tp=8,pp=16,vp=8,dp=8,ga=16,first=7,last=7")
+    args = megatron_args(model_preset("llama3-405b"), JOB_8K, layout)
+    text = args[args.index("--pipeline-model-parallel-layout") + 1]
+    stages = text.split("|")
+    assert len(stages) == 16 * 8 and stages[0] == "E" and stages[-1] == "L"
+    assert stages[1:-1] == ["t"] * 126
+    for flag in ("--decoder-first-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank"):
+        assert flag not in args
+    doc = tomllib.loads(emit("torchtitan", model_preset("llama3-405b"), JOB_8K, layout))
+    parts = doc["parallelism"]["module_fqns_per_model_part"]
+    assert parts[0] == ["tok_embeddings"] and parts[-1] == ["norm", "output"] and len(parts) == 128
 
 
 def test_megatron_sharding_and_recompute_flags():

@@ -100,9 +100,27 @@ def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
 
 
 def vp_fits(counts: list[int] | set[int], vp: int) -> bool:
-    """Whether `vp` virtual chunks per stage are legal: every stage's layers split evenly into them
-    (what Megatron's `--num-layers-per-virtual-pipeline-stage` and torchtitan's stage split can express)."""
-    return all(n % vp == 0 and n >= vp for n in counts)
+    """Whether `vp` virtual chunks per stage are legal: the fullest stages split into `vp` equal chunks, so
+    they pace the interleaved schedule; lighter first/last stages get lighter chunks (`chunk_layer_counts`,
+    emitted as Megatron's `--pipeline-model-parallel-layout` or torchtitan's module lists)."""
+    fullest = max(counts)
+    return fullest % vp == 0 and fullest >= vp
+
+
+def chunk_layer_counts(counts: list[int], vp: int) -> list[int]:
+    """Layers of each virtual stage in model order (stage s runs on pp rank s % pp as its chunk s // pp).
+
+    Each rank's layers spread as evenly as its `vp` chunks allow; the first rank's lighter chunks come first
+    (next to the embedding), the others' last (the last rank's next to the loss), as Llama 3 405B's
+    pipeline does: 126 layers, pp 16, vp 8 leave the first chunk the embedding and the last the loss.
+    """
+    pp = len(counts)
+    per_rank = []
+    for r, n in enumerate(counts):
+        small, extra = divmod(n, vp)
+        sizes = [small] * (vp - extra) + [small + 1] * extra  # lighter chunks first
+        per_rank.append(sizes if r == 0 else sizes[::-1])
+    return [per_rank[s % pp][s // pp] for s in range(pp * vp)]
 
 
 def kv_width_per_rank(model: ModelSpec, tp: int) -> float:

@@ -3,13 +3,15 @@
 Rules and flags follow Megatron-LM `megatron/training/arguments.py` (validate_args),
 `megatron/core/transformer/transformer_config.py` (__post_init__) and `pipeline_parallel/schedules.py`.
 There is no `--virtual-pipeline-model-parallel-size` flag: VP is given as layers per virtual stage, or as
-virtual stages per rank when the first/last stages are uneven (arguments.py requires the latter then).
+virtual stages per rank when the first/last stages are uneven (arguments.py requires the latter then), or,
+when an uneven stage does not divide into vp chunks, as `--pipeline-model-parallel-layout`.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from optlayout.cost.memory import chunk_layer_counts, vp_fits
 from optlayout.emit._checks import global_batch, node_count, stage_layers
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
 from optlayout.errors import OptlayoutError
@@ -100,15 +102,13 @@ def _pipeline_problems(model: ModelSpec, layout: Layout, problems: list[str]) ->
             "(num_layers / pipeline_model_parallel_size) % num_layers_per_virtual_pipeline_stage == 0",
             f"{counts[0]} layers per pipeline rank cannot form {vp} equal virtual stages",
         )
-    else:
-        stages = [("first", counts[0]), ("last", counts[-1])] + ([("middle", middle[0])] if middle else [])
-        for where, n in stages:
-            _rule(
-                problems,
-                n % vp == 0,
-                f"layers on the {where} pipeline stage % virtual_pipeline_model_parallel_size == 0",
-                f"{n} layers, vp={vp}",
-            )
+    else:  # --pipeline-model-parallel-layout takes any split; optlayout's chunking needs this much
+        _rule(
+            problems,
+            vp_fits(counts, vp),
+            "optlayout's virtual split: the fullest pipeline stage forms vp equal virtual stages",
+            f"{max(counts)} layers, vp={vp}",
+        )
     _rule(
         problems,
         layout.grad_accum % pp == 0,
@@ -116,6 +116,15 @@ def _pipeline_problems(model: ModelSpec, layout: Layout, problems: list[str]) ->
         "(pp <= microbatch_group_size_per_vp_stage = pp <= num_microbatches, no partial last group)",
         f"{layout.grad_accum} micro-batches per step, pp={pp}",
     )
+
+
+def pipeline_layout_string(counts: list[int], vp: int) -> str:
+    """Megatron's `--pipeline-model-parallel-layout`: the virtual stages in model order separated by `|`,
+    `E` the embedding, `t` a transformer layer, `L` the loss; e.g. Llama 3 405B on pp 16 with vp 8 is
+    `E|t|t|...|t|L` (128 stages, 126 layers)."""
+    stages = ["t" * n for n in chunk_layer_counts(counts, vp)]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return "|".join(stages)
 
 
 def _sharding_problems(
@@ -162,15 +171,18 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
     ]
     counts = stage_layers(model, layout, "megatron")
     uneven = len(set(counts)) > 1
-    if vp > 1:
-        flags.append(
-            ("--num-virtual-stages-per-pipeline-rank", str(vp))
-            if uneven
-            else ("--num-layers-per-virtual-pipeline-stage", str(counts[0] // vp))
-        )
-    if uneven:
-        flags += [("--decoder-first-pipeline-num-layers", str(counts[0]))]
-        flags += [("--decoder-last-pipeline-num-layers", str(counts[-1]))]
+    if uneven and vp > 1 and any(n % vp for n in counts):
+        flags.append(("--pipeline-model-parallel-layout", pipeline_layout_string(counts, vp)))
+    else:
+        if vp > 1:
+            flags.append(
+                ("--num-virtual-stages-per-pipeline-rank", str(vp))
+                if uneven
+                else ("--num-layers-per-virtual-pipeline-stage", str(counts[0] // vp))
+            )
+        if uneven:
+            flags += [("--decoder-first-pipeline-num-layers", str(counts[0]))]
+            flags += [("--decoder-last-pipeline-num-layers", str(counts[-1]))]
     flags.append(("--context-parallel-size", str(layout.cp)))
     if tp > 1 and layout.sequence_parallel:
         flags.append(("--sequence-parallel",))

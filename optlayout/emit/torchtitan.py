@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any
 
+from optlayout.cost.memory import chunk_layer_counts, vp_fits
 from optlayout.emit._checks import dp_split, global_batch, node_count, stage_layers
 from optlayout.errors import OptlayoutError
 from optlayout.layout_text import format_layout
@@ -60,9 +61,8 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
 def _pipeline(model: ModelSpec, layout: Layout) -> dict[str, Any]:
     pp, vp, who = layout.pp, layout.vp, "torchtitan"
     counts = stage_layers(model, layout, who)
-    bad = [n for n in counts if n % vp]
-    if bad:
-        raise OptlayoutError(f"{who}: layers per pipeline rank {counts} are not divisible by vp ({vp})")
+    if not vp_fits(counts, vp):
+        raise OptlayoutError(f"{who}: the fullest pipeline rank of {counts} cannot form {vp} equal chunks")
     n_micro = layout.grad_accum
     if vp > 1:
         rounds = max(1, n_micro // pp)
@@ -90,10 +90,9 @@ def module_fqns(counts: list[int], vp: int = 1) -> list[list[str]]:
     """Module names per pipeline stage (llama-style `tok_embeddings`, `layers.N`, `norm`, `output`).
 
     Stage s runs on pp rank s % pp as its chunk s // pp, as torchtitan's looped schedules place them; each
-    rank's layers split evenly over its vp chunks.
+    rank's layers spread over its vp chunks as `chunk_layer_counts` does.
     """
-    pp = len(counts)
-    sizes = [counts[s % pp] // vp for s in range(pp * vp)]
+    sizes = chunk_layer_counts(counts, vp)
     stages, first = [], 0
     for s, n in enumerate(sizes):
         names = [f"layers.{i}" for i in range(first, first + n)]
