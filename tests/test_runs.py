@@ -101,6 +101,10 @@ def test_attention_kernel_is_read_or_assumed_and_the_assumption_is_reported(comp
     assert nvidia.attention_kernel()[0] == "flash" and "not stated" in nvidia.attention_kernel()[1]
     stated = foundry.model_copy(update={"job": foundry.job.model_copy(update={"attention_kernel": "flash"})})
     assert stated.attention_kernel() == ("flash", None)
+    titan = nvidia.model_copy(update={"source": "torchtitan training log"})
+    assert titan.attention_kernel()[0] == "flash2"  # SDPA's FlashAttention-2 backend on Hopper
+    on_b200 = titan.model_copy(update={"cluster": titan.cluster.model_copy(update={"gpu": "b200"})})
+    assert on_b200.attention_kernel()[0] == "flash"  # cuDNN attention from Blackwell on
     rows = {row["id"]: row for row in compared[0]["runs"]}
     assert rows[foundry.id]["assumed"]["attention_kernel"]["value"] == "flash2"
     assert rows[nvidia.id]["assumed"]["attention_kernel"]["value"] == "flash"

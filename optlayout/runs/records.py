@@ -11,6 +11,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.presets import gpu_preset
 from optlayout.specs import AttentionKernel, ClusterSpec, ModelSpec, Precision
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "micro_batch", "sharding", "recompute", "sequence_parallel")
@@ -25,10 +26,14 @@ class RunJob(BaseModel):
     attention_kernel: AttentionKernel | None = Field(None, description="flash | flash2 | naive; null = not stated")
 
 
-# Frameworks whose published benchmarks ran an Ampere-era attention kernel whatever the GPU, recognised in a
-# record's `source` when `job.attention_kernel` is not stated.
-FLASH2_FRAMEWORKS = {
-    "llm-foundry": "llm-foundry's MPT benchmarks ran FlashAttention-2/Triton attention (attn_impl flash/triton)",
+# Frameworks that run an Ampere-era attention kernel (FlashAttention-2) on the GPUs listed (None: every GPU),
+# recognised in a record's `source` when `job.attention_kernel` is not stated.
+FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
+    "llm-foundry": ("llm-foundry's MPT benchmarks ran FlashAttention-2/Triton attention", None),
+    "torchtitan": (
+        "torchtitan's SDPA takes PyTorch's FlashAttention-2 backend before Blackwell (torchtitan PR #1196)",
+        frozenset({"ampere", "hopper"}),
+    ),
 }
 
 
@@ -79,8 +84,8 @@ class RunRecord(BaseModel):
         """The attention kernel the run used, and why it was assumed (None when the record states it)."""
         if self.job.attention_kernel is not None:
             return self.job.attention_kernel, None
-        for name, why in FLASH2_FRAMEWORKS.items():
-            if name in self.source:
+        for name, (why, archs) in FLASH2_FRAMEWORKS.items():
+            if name in self.source.lower() and (archs is None or gpu_preset(self.cluster.gpu).arch in archs):
                 return "flash2", f"from the source: {why}"
         return "flash", "not stated: the GPU's native fused kernel"
 
