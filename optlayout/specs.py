@@ -132,7 +132,9 @@ class GpuSpec(_Spec):
 
     name: str
     arch: GpuArch = Field(
-        "other", description="tensor-core generation: Hopper and newer run Ampere-era kernels (FlashAttention-2) slower"
+        "other",
+        description="tensor-core generation; on hopper and blackwell, Ampere-era kernels (FlashAttention-2) run "
+        "slower. 'other' (the default for a GPU built by hand) applies no such penalty",
     )
     memory_bytes: float = Field(gt=0)
     peak_flops: dict[Precision, float] = Field(description="dense peak FLOP/s per matrix precision")

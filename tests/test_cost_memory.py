@@ -7,7 +7,15 @@ import json
 import pytest
 
 from optlayout.cost import DEFAULT_PARAMS
-from optlayout.cost.memory import activation_bytes_per_layer, memory_per_gpu, split_layers, stage_layer_counts
+from optlayout.cost.memory import (
+    activation_bytes_per_layer,
+    chunk_layer_counts,
+    inflight_layers,
+    memory_per_gpu,
+    split_layers,
+    stage_layer_counts,
+    vp_fits,
+)
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
 # A GPT-style block as in the paper: MHA, 4h GeLU MLP, dropout, softmax materialized.
@@ -77,10 +85,31 @@ def test_pipeline_inflight_microbatches_1f1b_and_interleaved() -> None:
     for vp, expect_layers in ((1, 32), (v, 32 * (1 + (p - 1) / (p * v)))):
         mem = memory_per_gpu(model, job, Layout(pp=p, vp=vp, grad_accum=64), DEFAULT_PARAMS)
         assert mem.stage == 0
-        chunks = p if vp == 1 else (p - 1) * 2 + (v - 1) * p + 1  # Megatron's warm-up on the first stage
-        first_chunk = -(-chunks // vp)  # only the first model chunk's micro-batches hold the embedding output
+        # only the first model chunk's micro-batches hold the embedding output: the interleaved warm-up
+        # ((p-1) x 2 + (v-1) x p + 1 = 11 chunk forwards) runs chunk 0 for micro-batches 0-3, chunk 1 for 0-3,
+        # then chunk 0 for 4-6 (groups of p): 7 of the 11
+        first_chunk = p if vp == 1 else 7
         embedding_out = 2 * 1024 * 1024 * first_chunk  # 2 B x 1024 tokens x hidden 1024 per micro-batch
         assert mem.activations_bytes - embedding_out == pytest.approx(per_layer * expect_layers)
+
+
+def test_uneven_interleaved_stages_hold_their_own_chunk_sizes() -> None:
+    """Llama 3 405B's split on pp 16 with vp 8: the first rank's chunks are [0, 1 x 7] (the embedding alone
+    first), the last rank's [1 x 7, 0] (the loss alone last), the middle ranks' [1 x 8]."""
+    counts = [7] + [8] * 14 + [7]
+    layout = Layout(pp=16, vp=8, grad_accum=16)
+    assert chunk_layer_counts(counts, 8)[:16] == [0] + [1] * 15  # chunk 0 of every rank, in rank order
+    assert chunk_layer_counts(counts, 8)[-16:] == [1] * 15 + [0]  # chunk 7 of every rank
+    # first rank, ga 16: w = min(143, 16 x 8) = 128 = one full pass: 16 micro-batches x (0 + 7 x 1) layers
+    assert inflight_layers(layout, counts, 0) == (16 * 7, 16)
+    # last rank: w = min(0 + 112 + 1, 128) = 113: chunks 0-6 for 16 micro-batches (7 x 16 layers), then chunk 7
+    # (empty, the loss) for one micro-batch
+    assert inflight_layers(layout, counts, 15) == (7 * 16, 16)
+    # a middle rank with equal chunks is Korthikanti's count: w forwards of one layer each
+    assert inflight_layers(layout, counts, 1) == (min(14 * 2 + 112 + 1, 128), 16)
+    # ranks with fewer layers than chunks, and first/last stages heavier than the middle
+    assert chunk_layer_counts([1, 4, 4, 1], 4) == [0, 1, 1, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0]
+    assert vp_fits([9, 8, 8, 9], 3) and not vp_fits([7, 8, 8, 7], 3)
 
 
 def test_calibration_layouts_state_is_what_was_run(shared_runs) -> None:

@@ -3,6 +3,8 @@ and against the published MosaicML runs that differ only in the GPU."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from optlayout.cost import DEFAULT_PARAMS, group_links
@@ -79,3 +81,21 @@ def test_llm_foundry_h100_over_a100_speedup_is_explained_by_flash_attention_2() 
               for r in (h100, a100)]  # fmt: skip
     tps = [predict_run(r).prediction.tokens_per_s_per_gpu for r in native]
     assert tps[0] / tps[1] / measured - 1 > 0.4
+
+
+ESTIMATE = ("estimate", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "8192",
+            "--global-batch", "64", "--layout", "tp=1,pp=1,dp=8,mb=1,ga=8",
+            "--calibration", "none", "--json")  # fmt: skip
+
+
+def test_cli_attention_kernel_reaches_the_cost_model(capsys, monkeypatch) -> None:
+    from tests.conftest import run_main
+
+    times = {}
+    for kernel in ("flash", "flash2"):
+        code, out, _ = run_main(capsys, monkeypatch, *ESTIMATE, "--attention-kernel", kernel)
+        assert code == 0
+        times[kernel] = json.loads(out)["prediction"]["time"]["compute_s"]
+    assert times["flash2"] > times["flash"]
+    code, _, err = run_main(capsys, monkeypatch, *ESTIMATE, "--attention-kernel", "fa9")
+    assert code == 2 and err.count("\n") == 1 and "attention_kernel" in err and "Traceback" not in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 
 import pytest
@@ -224,6 +225,10 @@ def test_megatron_interleaves_llama3_405b_stages_of_7_and_8_layers_with_a_layout
     doc = tomllib.loads(emit("torchtitan", model_preset("llama3-405b"), JOB_8K, layout))
     parts = doc["parallelism"]["module_fqns_per_model_part"]
     assert parts[0] == ["tok_embeddings"] and parts[-1] == ["norm", "output"] and len(parts) == 128
+    # the pasteable text quotes the `|`s, so a shell reads the flags back unchanged
+    text = emit("megatron", model_preset("llama3-405b"), JOB_8K, layout)
+    flags = [line.removesuffix("\\") for line in text.splitlines() if not line.startswith("#")]
+    assert shlex.split(" ".join(flags)) == args
 
 
 def test_megatron_sharding_and_recompute_flags():

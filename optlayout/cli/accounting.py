@@ -198,7 +198,7 @@ def estimate_command(
     global_batch: common.GlobalBatchOpt = None,
     global_batch_tokens: common.GlobalBatchTokensOpt = None,
     precision: common.PrecisionOpt = "bf16",
-    attention_kernel: common.AttentionKernelOpt = "flash",
+    attention_kernel: common.AttentionKernelOpt = None,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,

@@ -60,11 +60,11 @@ MinBatchOpt = Annotated[int | None, typer.Option("--min-global-batch", help="low
 MaxBatchOpt = Annotated[int | None, typer.Option("--max-global-batch", help="upper bound, sequences")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8")]
 AttentionKernelOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--attention-kernel",
         help="flash: the GPU's own fused kernel (cuDNN/FlashAttention-3 on Hopper+); flash2: FlashAttention-2 "
-        "(e.g. PyTorch SDPA's flash backend); naive: softmax materialized",
+        "(e.g. PyTorch SDPA's flash backend); naive: softmax materialized. Default: flash",
     ),
 ]
 OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]
@@ -104,7 +104,7 @@ def job_arg(
     precision: str = "bf16",
     optimizer_bytes: float = 12.0,
     headroom: float = 0.05,
-    attention_kernel: str = "flash",
+    attention_kernel: str | None = None,
 ) -> JobSpec:
     try:
         return JobSpec(
@@ -116,7 +116,7 @@ def job_arg(
             precision=precision,  # type: ignore[arg-type]
             optimizer_bytes_per_param=optimizer_bytes,
             memory_headroom=headroom,
-            attention_kernel=attention_kernel,  # type: ignore[arg-type]
+            attention_kernel=attention_kernel or "flash",  # type: ignore[arg-type]
         )
     except pydantic.ValidationError as exc:
         raise OptlayoutError(describe_validation_error(exc, "job")) from None

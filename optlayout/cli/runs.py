@@ -85,7 +85,7 @@ def compare_command(
         f"{field}={a['value']} ({a['why']})" for row in result["runs"] for field, a in row["assumed"].items()
     )
     for text, n in sorted(assumptions.items()):
-        common.console.print(f"assumed for {n} runs: {text}")
+        common.console.print(f"assumed for {n} run{'s' if n > 1 else ''}: {text}")
     s = result["summary"]
     order = s["pairwise_order_accuracy"]
     common.console.print(

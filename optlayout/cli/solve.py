@@ -162,7 +162,7 @@ def solve_command(
     min_global_batch: common.MinBatchOpt = None,
     max_global_batch: common.MaxBatchOpt = None,
     precision: common.PrecisionOpt = "bf16",
-    attention_kernel: common.AttentionKernelOpt = "flash",
+    attention_kernel: common.AttentionKernelOpt = None,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     headroom: common.HeadroomOpt = 0.05,
     top: Annotated[int, typer.Option("--top", help="how many layouts")] = 5,
@@ -217,7 +217,7 @@ def solve_command(
         job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
                                     ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
                                     ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch),
-                                    ("--attention-kernel", None if attention_kernel == "flash" else attention_kernel))
+                                    ("--attention-kernel", attention_kernel))
                      if v is not None]  # fmt: skip
         if job_flags:
             raise OptlayoutError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
@@ -427,7 +427,7 @@ def explain_command(
     global_batch: common.GlobalBatchOpt = None,
     global_batch_tokens: common.GlobalBatchTokensOpt = None,
     precision: common.PrecisionOpt = "bf16",
-    attention_kernel: common.AttentionKernelOpt = "flash",
+    attention_kernel: common.AttentionKernelOpt = None,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,

@@ -11,7 +11,6 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from optlayout.cost.params import CostParams
@@ -194,17 +193,24 @@ def activation_bytes_per_layer(model: ModelSpec, job: JobSpec, layout: Layout) -
     return (replicated / (t if layout.sequence_parallel else 1)) + split / t
 
 
-def inflight_chunks(layout: Layout, stage: int) -> tuple[int, float]:
-    """(micro-batch chunks whose activations a stage holds at peak, fraction of the stage's layers per chunk).
+def inflight_layers(layout: Layout, counts: list[int], stage: int) -> tuple[float, int]:
+    """(layer activations a stage holds at peak, in layers x micro-batches; micro-batches in its first chunk).
 
-    Megatron's 1F1B warm-up: stage i holds min(p - i, m) micro-batches; the interleaved schedule holds
-    (p - i - 1) * 2 + (v - 1) * p + 1 chunks of 1/v of the stage (Korthikanti et al.: L(1 + (p-1)/(pv)) on
-    the first stage).
+    Megatron's 1F1B warm-up: stage i holds min(p - i, m) micro-batches of all its layers. The interleaved
+    schedule holds w = (p - i - 1) * 2 + (v - 1) * p + 1 chunk forwards (at most m * v), taken in groups of p
+    micro-batches per chunk, chunk 0, 1, ..., v - 1, then again: the layers they hold follow the rank's chunk
+    sizes (`chunk_layer_counts`); with equal chunks this is Korthikanti et al.'s L(1 + (p-1)/(pv)).
     """
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     if v == 1:
-        return min(p - stage, m), 1.0
-    return min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v), 1.0 / v
+        held = min(p - stage, m)
+        return float(held * counts[stage]), held
+    chunks = chunk_layer_counts(counts, v)[stage::p]
+    w = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
+    cycles, rest = divmod(w, p * v)
+    partial, last = divmod(rest, p)
+    layers = p * (cycles * sum(chunks) + sum(chunks[:partial])) + (last * chunks[partial] if last else 0)
+    return float(layers), cycles * p + min(rest, p)
 
 
 def _candidate_fullest_stages(counts: list[int]) -> list[int]:
@@ -232,10 +238,10 @@ def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostP
         layers = counts[stage]
         p_gpu = stage_params(model, layout, stage, layers)
         weights, grads, optim = state_bytes_per_gpu(p_gpu, job, layout.sharding, shard_group)
-        chunks, frac = inflight_chunks(layout, stage)
-        acts = per_layer * layers * frac * chunks + recomputing
+        held_layers, first_chunk = inflight_layers(layout, counts, stage)
+        acts = per_layer * held_layers + recomputing
         if stage == 0:  # embedding output, held by the micro-batches in flight in the first model chunk
-            acts += math.ceil(chunks / layout.vp) * ACT_BYTES * tokens * model.hidden / sp_div
+            acts += first_chunk * ACT_BYTES * tokens * model.hidden / sp_div
         if stage == layout.pp - 1:
             # logits of one micro-batch kept for the loss's backward, vocab-parallel
             acts += params.logits_bytes_per_element * tokens * model.vocab / layout.tp

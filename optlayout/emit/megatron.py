@@ -9,6 +9,7 @@ when an uneven stage does not divide into vp chunks, as `--pipeline-model-parall
 
 from __future__ import annotations
 
+import shlex
 from typing import Literal
 
 from optlayout.cost.memory import chunk_layer_counts, vp_fits
@@ -288,5 +289,5 @@ def megatron_text(
             groups.append([token])
         else:
             groups[-1].append(token)
-    body = [" ".join(g) for g in groups]
+    body = [shlex.join(g) for g in groups]
     return "\n".join(lines + [line + " \\" for line in body[:-1]] + body[-1:]) + "\n"

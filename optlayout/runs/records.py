@@ -93,7 +93,7 @@ class RunRecord(BaseModel):
     def group_key(self) -> tuple:
         """Runs sharing model, cluster and job, differing only in layout, are ranked against each other."""
         return (self.model.name, self.cluster.gpu, self.cluster.gpus, self.job.seq_len, self.job.global_batch,
-                self.job.precision)  # fmt: skip
+                self.job.precision, self.attention_kernel()[0])  # fmt: skip
 
 
 def _record(raw: dict[str, Any], where: str) -> RunRecord:
