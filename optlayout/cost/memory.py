@@ -114,12 +114,15 @@ def chunk_layer_counts(counts: list[int], vp: int) -> list[int]:
     pipeline does: 126 layers, pp 16, vp 8 leave the first chunk the embedding and the last the loss.
     """
     pp = len(counts)
-    per_rank = []
-    for r, n in enumerate(counts):
-        small, extra = divmod(n, vp)
-        sizes = [small] * (vp - extra) + [small + 1] * extra  # lighter chunks first
-        per_rank.append(sizes if r == 0 else sizes[::-1])
+    per_rank = [rank_chunk_sizes(n, vp, first=r == 0) for r, n in enumerate(counts)]
     return [per_rank[s % pp][s // pp] for s in range(pp * vp)]
+
+
+def rank_chunk_sizes(layers: int, vp: int, first: bool) -> list[int]:
+    """One rank's `layers` over its `vp` chunks, as even as possible; lighter chunks first on the first rank."""
+    small, extra = divmod(layers, vp)
+    sizes = [small] * (vp - extra) + [small + 1] * extra
+    return sizes if first else sizes[::-1]
 
 
 def kv_width_per_rank(model: ModelSpec, tp: int) -> float:
@@ -205,12 +208,16 @@ def inflight_layers(layout: Layout, counts: list[int], stage: int) -> tuple[floa
     if v == 1:
         held = min(p - stage, m)
         return float(held * counts[stage]), held
-    chunks = chunk_layer_counts(counts, v)[stage::p]
     w = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
     cycles, rest = divmod(w, p * v)
+    first_chunk = cycles * p + min(rest, p)
+    n = counts[stage]
+    if n % v == 0:  # equal chunks
+        return w * n / v, first_chunk
+    chunks = rank_chunk_sizes(n, v, first=stage == 0)
     partial, last = divmod(rest, p)
-    layers = p * (cycles * sum(chunks) + sum(chunks[:partial])) + (last * chunks[partial] if last else 0)
-    return float(layers), cycles * p + min(rest, p)
+    layers = p * (cycles * n + sum(chunks[:partial])) + (last * chunks[partial] if last else 0)
+    return float(layers), first_chunk
 
 
 def _candidate_fullest_stages(counts: list[int]) -> list[int]:
