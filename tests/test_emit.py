@@ -225,6 +225,13 @@ def test_megatron_interleaves_llama3_405b_stages_of_7_and_8_layers_with_a_layout
     doc = tomllib.loads(emit("torchtitan", model_preset("llama3-405b"), JOB_8K, layout))
     parts = doc["parallelism"]["module_fqns_per_model_part"]
     assert parts[0] == ["tok_embeddings"] and parts[-1] == ["norm", "output"] and len(parts) == 128
+    # a rank with fewer layers than chunks leaves empty virtual stages: Megatron takes them, torchtitan does not
+    tiny = ModelSpec(layers=10, hidden=1024, ffn=4096, heads=16, kv_heads=16, vocab=32000)
+    thin = parse_layout("pp=4,vp=4,dp=1,ga=4,first=1,last=1")
+    tiny_args = megatron_args(tiny, JOB_8K, thin)
+    assert "||" in tiny_args[tiny_args.index("--pipeline-model-parallel-layout") + 1]
+    with pytest.raises(OptlayoutError, match=r"virtual stages \[.*\] would hold no module"):
+        emit("torchtitan", tiny, JOB_8K, thin)
     # the pasteable text quotes the `|`s, so a shell reads the flags back unchanged
     text = emit("megatron", model_preset("llama3-405b"), JOB_8K, layout)
     flags = [line.removesuffix("\\") for line in text.splitlines() if not line.startswith("#")]

@@ -82,7 +82,14 @@ def _pipeline(model: ModelSpec, layout: Layout) -> dict[str, Any]:
             "pipeline_parallel_last_stage_less_layers": 0,
         }
     else:
-        out["module_fqns_per_model_part"] = module_fqns(counts, vp)
+        parts = module_fqns(counts, vp)
+        empty = [i for i, names in enumerate(parts) if not names]
+        if empty:
+            raise OptlayoutError(
+                f"{who}: virtual stages {empty} would hold no module (pipeline ranks {counts} over vp={vp} "
+                "chunks); choose a smaller vp"
+            )
+        out["module_fqns_per_model_part"] = parts
     return out
 
 
