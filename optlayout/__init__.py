@@ -1,7 +1,8 @@
 """optlayout: decide how to lay out large-model training over a GPU cluster.
 
 Library entry points for launch tooling (imported lazily, so the CLI's light commands stay fast):
-`solve`, `estimate_layout`, `explain_layout`, `Plan`, and the specs.
+`solve`, `estimate_layout`, `explain_layout`, `Plan`, `calibrated_params` (the CLI's fitted constants), and the
+specs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _LAZY = {
     "resolve_cluster": "optlayout.topology",
     "model_preset": "optlayout.presets",
     "gpu_preset": "optlayout.presets",
+    "calibrated_params": "optlayout.runs.calibrate",
 }
 
 __all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding", *_LAZY]

@@ -89,6 +89,14 @@ def shipped_profile_path() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "default_profile.yaml"
 
 
+def calibrated_params(gpu: str, precision: str = "bf16", profile: str | Path | None = None) -> CostParams:
+    """The cost constants the CLI uses by default: the shipped profile's (or `profile`'s) for a GPU and precision.
+
+    The library's `solve()`/`estimate_layout()` take the raw `DEFAULT_PARAMS` unless given `params=`; pass
+    `params=calibrated_params(...)` for the CLI's figures."""
+    return load_profile(profile if profile is not None else shipped_profile_path()).params_for(gpu, precision)
+
+
 @dataclass
 class _Case:
     """One run with its layout fixed: what a fit re-evaluates."""
