@@ -99,3 +99,19 @@ def test_cli_attention_kernel_reaches_the_cost_model(capsys, monkeypatch) -> Non
     assert times["flash2"] > times["flash"]
     code, _, err = run_main(capsys, monkeypatch, *ESTIMATE, "--attention-kernel", "fa9")
     assert code == 2 and err.count("\n") == 1 and "attention_kernel" in err and "Traceback" not in err
+
+
+def test_library_with_calibrated_params_matches_the_cli_default(capsys, monkeypatch) -> None:
+    from optlayout import calibrated_params, estimate_layout
+    from optlayout.layout_text import parse_layout
+    from tests.conftest import run_main
+
+    args = [a for a in ESTIMATE if a not in ("--calibration", "none")]
+    code, out, _ = run_main(capsys, monkeypatch, *args)
+    assert code == 0
+    cli_tps = json.loads(out)["prediction"]["tokens_per_s_per_gpu"]
+    job = JobSpec(seq_len=8192, global_batch=64)
+    params = calibrated_params("h100-sxm", "bf16")
+    lib = estimate_layout("llama3.1-8b", "gpu=h100-sxm,gpus=8", job, parse_layout("tp=1,pp=1,dp=8,mb=1,ga=8"), params)
+    assert lib.tokens_per_s_per_gpu == pytest.approx(cli_tps, rel=1e-12)
+    assert params != DEFAULT_PARAMS  # the shipped profile moves the constants
