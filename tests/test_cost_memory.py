@@ -71,6 +71,9 @@ def test_design_worked_example_state() -> None:
 def test_llama3_405b_stage_split() -> None:
     # Llama 3: 126 layers on 16 stages, first and last one layer short (embedding / output count as layers)
     assert split_layers(126, 16) == (7, 7)
+    # an odd remainder goes to the first stage (the last also runs the output layer and the loss)
+    assert split_layers(61, 4) == (15, 14) and stage_layer_counts(61, 4, 15, 14) == [15, 16, 16, 14]
+    assert split_layers(61, 2) == (31, 30) and split_layers(80, 4) == (None, None)
     assert stage_layer_counts(126, 16, 7, 7) == [7] + [8] * 14 + [7]
     assert stage_layer_counts(80, 4) == [20] * 4
 

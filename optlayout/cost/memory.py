@@ -78,24 +78,21 @@ def stage_layer_counts(layers: int, pp: int, first: int | None = None, last: int
 def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
     """A Megatron-expressible split of `layers` over `pp` stages: (first, last) layer counts, None for even.
 
-    Even when `pp` divides `layers`; else equal first and last stages with fewer layers than the even
-    middle stages (`--decoder-first/last-pipeline-num-layers`), with the smallest middle stage that works
-    (not always the most balanced split Megatron could express with unequal first and last stages); None when
-    no split exists (returned as the bare None, distinct from `(None, None)`).
+    Even when `pp` divides `layers`; else the smallest middle stage m >= layers / pp that leaves the first
+    and last stages between them no more than 2m layers, split as evenly as it goes with the spare layer on the
+    first stage (the last also runs the output layer and the loss), as `--decoder-first/last-pipeline-num-
+    layers` express: 126 layers on 16 stages = 7, 8 x 14, 7; 61 on 4 = 15, 16, 16, 14. None when no split
+    exists (returned as the bare None, distinct from `(None, None)`).
     """
     if pp == 1 or layers % pp == 0:
         return (None, None)
-    if pp == 2:
-        return None
-    best: tuple[int, int] | None = None
     for middle in range(-(-layers // pp), layers):
         rest = layers - middle * (pp - 2)
         if rest < 2:
-            break
-        if rest % 2 == 0 and rest // 2 <= middle:
-            best = (rest // 2, rest // 2)
-            break
-    return best
+            return None
+        if rest <= 2 * middle:
+            return rest - rest // 2, rest // 2
+    return None
 
 
 def vp_fits(counts: list[int] | set[int], vp: int) -> bool:
