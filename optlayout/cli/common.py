@@ -147,11 +147,8 @@ def profile_arg(calibration: str | None) -> Any:
 
 def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:
     """The cost parameters for a GPU and precision under `--calibration`."""
-    from optlayout.runs.calibrate import calibrated_params
-
-    if calibration is not None and calibration.lower() == "none":
-        return DEFAULT_PARAMS
-    return calibrated_params(gpu, precision, calibration)
+    profile = profile_arg(calibration)
+    return profile.params_for(gpu, precision) if profile is not None else DEFAULT_PARAMS
 
 
 def gb(value_bytes: float) -> float:
