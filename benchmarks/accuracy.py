@@ -80,9 +80,9 @@ def main() -> int:
     records = read_runs(args.runs)
     profile = None
     if args.calibration:
-        from optlayout.runs.calibrate import load_profile
+        from optlayout.runs.calibrate import load_calibration
 
-        profile = load_profile(args.calibration)
+        profile = load_calibration(args.calibration)
     t0 = time.perf_counter()
     preds: list[RunPrediction] = []
     for rec in records:

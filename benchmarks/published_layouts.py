@@ -14,12 +14,12 @@ from pathlib import Path
 
 from _results import publish
 
-from optlayout.api import solve
+from optlayout.planning import solve
 from optlayout.presets import model_preset
-from optlayout.runs.calibrate import load_profile, shipped_profile_path
+from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
+from optlayout.solver.candidates import layout_identity
 from optlayout.solver.explain import why_it_lost
 from optlayout.solver.oracle import rank_every_layout
-from optlayout.solver.tables import layout_identity
 from optlayout.specs import JobSpec
 from optlayout.topology import resolve_cluster
 
@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--calibration", default=None, help="profile YAML, or 'none' (default: shipped)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    profile = None if args.calibration == "none" else load_profile(args.calibration or shipped_profile_path())
+    profile = None if args.calibration == "none" else load_calibration(args.calibration or shipped_calibration_path())
     label = "raw defaults" if profile is None else (args.calibration or "the shipped profile")
     lines = [
         f"Cost model: {label}. Command: `python benchmarks/published_layouts.py"

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from optlayout.cli.common import console, print_json
-from optlayout.profile import ProfileReport, analyze
+from optlayout.trace import ProfileReport, analyze
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
 
 SOURCE_HELP = "nvidia-smi (`nvidia-smi topo -m` output) | nccl-xml (NCCL_TOPO_DUMP_FILE) | slurm (topology.conf)"
 
@@ -32,7 +32,7 @@ def show_command(
     from optlayout.topology import resolve_cluster
 
     if (file is None) == (cluster is None):
-        raise OptlayoutError("topology: give a topology FILE or --cluster gpu=...,gpus=... (exactly one)")
+        raise InputError("topology: give a topology FILE or --cluster gpu=...,gpus=... (exactly one)")
     topo = resolve_cluster(file if file is not None else cluster)  # type: ignore[arg-type]
     summary = topo.summary()
     if as_json:
@@ -87,16 +87,16 @@ def discover_command(
     name: Annotated[str | None, typer.Option("--name", help="topology name (default: output file stem)")] = None,
 ) -> None:
     """Write a topology file from nvidia-smi topo -m, an NCCL topology dump or a Slurm topology.conf."""
-    from optlayout.discovery import SOURCES, DiscoverOptions, discover, dump_topology
     from optlayout.topology import topology_from_dict
+    from optlayout.topology.discovery import SOURCES, DiscoverOptions, discover, dump_topology
 
     if source not in SOURCES:
-        raise OptlayoutError(f"from: unknown source {source!r}; valid: {', '.join(SOURCES)}")
+        raise InputError(f"from: unknown source {source!r}; valid: {', '.join(SOURCES)}")
     _check_choices(scale_up, fabric, servers, gpus_per_server, oversubscription)
     try:
         text = file.read_text()
     except FileNotFoundError:
-        raise OptlayoutError(f"{source}: no such file {str(file)!r}") from None
+        raise InputError(f"{source}: no such file {str(file)!r}") from None
     options = DiscoverOptions(
         gpu=gpu,
         servers=servers,
@@ -125,10 +125,10 @@ def discover_command(
 
 def _check_choices(scale_up: str, fabric: str, servers: int, gpus_per_server: int, oversubscription: float) -> None:
     if scale_up not in ("auto", "nvswitch", "mesh", "pcie"):
-        raise OptlayoutError(f"scale-up: {scale_up!r} is not one of auto, nvswitch, mesh, pcie")
+        raise InputError(f"scale-up: {scale_up!r} is not one of auto, nvswitch, mesh, pcie")
     if fabric not in ("rail", "fat-tree"):
-        raise OptlayoutError(f"fabric: {fabric!r} is not one of rail, fat-tree")
+        raise InputError(f"fabric: {fabric!r} is not one of rail, fat-tree")
     if servers < 1 or gpus_per_server < 1:
-        raise OptlayoutError(f"servers/gpus-per-server: must be positive (got {servers}, {gpus_per_server})")
+        raise InputError(f"servers/gpus-per-server: must be positive (got {servers}, {gpus_per_server})")
     if oversubscription < 1:
-        raise OptlayoutError(f"oversubscription: must be at least 1 (got {oversubscription})")
+        raise InputError(f"oversubscription: must be at least 1 (got {oversubscription})")

@@ -1,8 +1,9 @@
 """Launcher configs for a plan: one module per launcher, and `emit(fmt, ...)` to pick one by name.
 
 Every emitter takes `(model, job, layout, gpus_per_node=8)`, checks that the job's global batch (when given)
-equals micro_batch x grad_accum x dp, and refuses a plan its launcher would reject with an OptlayoutError
-naming the rule.
+equals micro_batch x grad_accum x dp, and refuses a plan its launcher would reject with an UnsupportedError
+naming the rule. `emit` also refuses a rank order that would place the layout's groups on other ranks than
+the cost model priced.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from optlayout.emit.ranks import (
 )
 from optlayout.emit.ranks import render as render_ranks
 from optlayout.emit.torchtitan import torchtitan_config, torchtitan_overrides, torchtitan_toml
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
+from optlayout.layout.ranks import check_costed_order
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "accelerate", "mesh", "ranks")
@@ -85,9 +87,11 @@ def emit(
     """
     key = fmt.strip().lower()
     if key not in FORMATS:
-        raise OptlayoutError(f"format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
+        raise InputError(f"format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
     if overrides and key != "torchtitan":
-        raise OptlayoutError("overrides: only the torchtitan format has CLI overrides")
+        raise InputError("overrides: only the torchtitan format has CLI overrides")
+    if key in ("megatron", "ranks"):
+        check_costed_order(layout, order)
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if key == "torchtitan":

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from optlayout.emit._checks import dp_split, global_batch, node_count
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import UnsupportedError
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
@@ -22,10 +22,10 @@ def accelerate_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
     global_batch(job, layout, who)
     nodes, _ = node_count(layout, gpus_per_node, who)
     if layout.pp > 1:
-        raise OptlayoutError(f"{who}: no pipeline parallelism in Accelerate's ParallelismConfig (pp={layout.pp})")
+        raise UnsupportedError(f"{who}: no pipeline parallelism in Accelerate's ParallelismConfig (pp={layout.pp})")
     replicate, shard = dp_split(layout)
     if (layout.tp > 1 or layout.cp > 1) and replicate > 1 and shard == 1:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{who} rule tp/cp > 1 needs dp_shard_size > 1 when dp_replicate_size > 1 broken: "
             f"tp={layout.tp}, cp={layout.cp} over {replicate} unsharded replicas (use sharding=zero2 or fsdp)"
         )

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from optlayout.emit._checks import global_batch, node_count
-from optlayout.errors import OptlayoutError
+from optlayout.errors import UnsupportedError
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 ZERO_STAGE = {Sharding.none: 0, Sharding.zero1: 1, Sharding.zero2: 2, Sharding.fsdp: 3}
@@ -24,12 +24,12 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
     node_count(layout, gpus_per_node, who)
     stage = ZERO_STAGE[layout.sharding]
     if layout.pp > 1 and stage >= 2:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{who} rule zero_optimization.stage < 2 with pipeline parallelism broken: stage {stage} "
             f"({layout.sharding.value}) with pp={layout.pp} (ZeRO-2 and ZeRO-3 are incompatible with PipelineEngine)"
         )
     if job.precision == "fp8":
-        raise OptlayoutError(f"{who}: precision fp8 has no DeepSpeed config key (use bf16 plus Transformer Engine)")
+        raise UnsupportedError(f"{who}: precision fp8 has no DeepSpeed config key (use bf16 plus Transformer Engine)")
     config: dict[str, Any] = {
         "train_batch_size": batch,
         "train_micro_batch_size_per_gpu": layout.micro_batch,

@@ -12,11 +12,11 @@ from __future__ import annotations
 import shlex
 from typing import Literal
 
-from optlayout.cost.memory import chunk_layer_counts, vp_fits
 from optlayout.emit._checks import global_batch, node_count, stage_layers
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import OptlayoutError, UnsupportedError
+from optlayout.layout.stages import chunk_layer_counts, vp_fits
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 FsdpImpl = Literal["megatron", "torch"]
@@ -160,7 +160,7 @@ def megatron_args(
     """The argument list (flags and values as separate tokens); raises naming every broken Megatron rule."""
     problems = megatron_problems(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if problems:
-        raise OptlayoutError("; ".join(problems))
+        raise UnsupportedError("; ".join(problems))
     return [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
 
 

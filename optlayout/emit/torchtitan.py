@@ -13,10 +13,10 @@ import json
 import math
 from typing import Any
 
-from optlayout.cost.memory import chunk_layer_counts, vp_fits
 from optlayout.emit._checks import dp_split, global_batch, node_count, stage_layers
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import UnsupportedError
+from optlayout.layout.stages import chunk_layer_counts, vp_fits
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 Config = dict[str, dict[str, Any]]
@@ -30,7 +30,7 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
     global_batch(job, layout, who)
     node_count(layout, gpus_per_node, who)
     if job.precision == "fp16":
-        raise OptlayoutError(f"{who}: precision fp16 is not supported (training.mixed_precision_param is bfloat16)")
+        raise UnsupportedError(f"{who}: precision fp16 is not supported (training.mixed_precision_param is bfloat16)")
     replicate, shard = dp_split(layout)
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
@@ -62,12 +62,12 @@ def _pipeline(model: ModelSpec, layout: Layout) -> dict[str, Any]:
     pp, vp, who = layout.pp, layout.vp, "torchtitan"
     counts = stage_layers(model, layout, who)
     if not vp_fits(counts, vp):
-        raise OptlayoutError(f"{who}: the fullest pipeline rank of {counts} cannot form {vp} equal chunks")
+        raise UnsupportedError(f"{who}: the fullest pipeline rank of {counts} cannot form {vp} equal chunks")
     n_micro = layout.grad_accum
     if vp > 1:
         rounds = max(1, n_micro // pp)
         if n_micro % rounds:
-            raise OptlayoutError(
+            raise UnsupportedError(
                 f"{who} rule Interleaved1F1B n_microbatches % max(1, n_microbatches // pp) == 0 broken: "
                 f"{n_micro} micro-batches, pp={pp}"
             )
@@ -85,7 +85,7 @@ def _pipeline(model: ModelSpec, layout: Layout) -> dict[str, Any]:
         parts = module_fqns(counts, vp)
         empty = [i for i, names in enumerate(parts) if not names]
         if empty:
-            raise OptlayoutError(
+            raise UnsupportedError(
                 f"{who}: virtual stages {empty} would hold no module (pipeline ranks {counts} over vp={vp} "
                 "chunks); choose a smaller vp"
             )
@@ -137,7 +137,7 @@ def torchtitan_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_pe
     """The same settings as `--section.key value` tokens for `torchtitan.train` (tyro)."""
     config = torchtitan_config(model, job, layout, gpus_per_node)
     if "module_fqns_per_model_part" in config["parallelism"]:
-        raise OptlayoutError(
+        raise UnsupportedError(
             "torchtitan: an uneven stage split needs parallelism.module_fqns_per_model_part, a nested list only "
             "the TOML form carries; emit TOML instead of overrides"
         )
@@ -159,10 +159,10 @@ def toml_value(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise OptlayoutError(f"torchtitan: cannot write {value} to TOML")
+            raise UnsupportedError(f"torchtitan: cannot write {value} to TOML")
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise OptlayoutError(f"torchtitan: cannot write {type(value).__name__} to TOML")
+    raise UnsupportedError(f"torchtitan: cannot write {type(value).__name__} to TOML")

@@ -10,7 +10,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import InputError, UnsupportedError, describe_validation_error
 from optlayout.specs import GpuSpec, ModelSpec
 
 _HERE = Path(__file__).parent
@@ -40,7 +40,7 @@ def gpu_preset(name: str) -> GpuSpec:
     table = _gpu_table()
     key = name.strip().lower()
     if key not in table:
-        raise OptlayoutError(f"gpu: unknown preset {name!r}; valid: {', '.join(table)}")
+        raise InputError(f"gpu: unknown preset {name!r}; valid: {', '.join(table)}")
     row = table[key]
     return GpuSpec(
         name=key,
@@ -60,15 +60,15 @@ def model_preset(name: str) -> ModelSpec:
     by_name = {row["name"].lower(): k for k, row in table.items()}
     key = by_name.get(key, key)
     if key not in table:
-        raise OptlayoutError(f"model: unknown preset {name!r}; valid: {', '.join(table)}")
+        raise InputError(f"model: unknown preset {name!r}; valid: {', '.join(table)}")
     row = table[key]
     return ModelSpec(name=row["name"], **row["shape"])
 
 
-def published_params(name: str) -> tuple[float | None, bool]:
+def published_param_count(name: str) -> tuple[float | None, bool]:
     """The parameter count the authors published for a preset, and whether their label is rounded."""
     row = _model_table()[name]
-    value = row.get("published_params")
+    value = row.get("published_param_count")
     return (float(value) if value is not None else None), bool(row.get("published_label_rounded", False))
 
 
@@ -93,23 +93,25 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         try:
             cfg = json.loads(path.read_text())
         except FileNotFoundError:
-            raise OptlayoutError(f"model-config: no such file {str(path)!r}") from None
+            raise InputError(f"model-config: no such file {str(path)!r}") from None
         except json.JSONDecodeError as exc:
-            raise OptlayoutError(f"model-config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise InputError(f"model-config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
         label = name or path.stem
     if not isinstance(cfg, dict):
-        raise OptlayoutError("model-config: expected a JSON object")
+        raise InputError("model-config: expected a JSON object")
     if "text_config" in cfg and "hidden_size" not in cfg:
         cfg = cfg["text_config"]
     if any(k in cfg for k in ("num_local_experts", "n_routed_experts", "num_experts")):
-        raise OptlayoutError("model-config: mixture-of-experts models are not supported yet (dense transformers only)")
+        raise UnsupportedError(
+            "model-config: mixture-of-experts models are not supported yet (dense transformers only)"
+        )
 
     def pick(*keys: str, default: Any = None) -> Any:
         for k in keys:
             if cfg.get(k) is not None:
                 return cfg[k]
         if default is None:
-            raise OptlayoutError(f"model-config: missing field {keys[0]!r}")
+            raise InputError(f"model-config: missing field {keys[0]!r}")
         return default
 
     hidden = pick("hidden_size", "n_embd", "d_model")
@@ -117,7 +119,7 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
     act = str(pick("hidden_act", "activation_function", default="silu")).lower()
     mlp = _HF_MLP.get(act)
     if mlp is None:
-        raise OptlayoutError(f"model-config: hidden_act {act!r} not understood (known: {', '.join(_HF_MLP)})")
+        raise InputError(f"model-config: hidden_act {act!r} not understood (known: {', '.join(_HF_MLP)})")
     fields = {
         "name": cfg.get("_name_or_path") or label,
         "layers": pick("num_hidden_layers", "n_layer", "n_layers"),
@@ -133,4 +135,4 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
     try:
         return ModelSpec(**fields)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "model-config")) from None
+        raise InputError(describe_validation_error(exc, "model-config")) from None

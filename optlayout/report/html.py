@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
 
 __all__ = [
     "Cell",
@@ -236,4 +236,4 @@ def write_report(html_text: str, path: str | Path) -> None:
     try:
         target.write_text(html_text, encoding="utf-8")
     except OSError as exc:
-        raise OptlayoutError(f"report: cannot write {str(target)!r} ({exc.strerror or exc})") from None
+        raise InputError(f"report: cannot write {str(target)!r} ({exc.strerror or exc})") from None

@@ -16,8 +16,8 @@ from typing import Any
 from optlayout.cost import CostParams
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
+from optlayout.solver.candidates import Candidate, layout_identity
 from optlayout.solver.oracle import rank_every_layout
-from optlayout.solver.tables import Candidate, layout_identity
 from optlayout.specs import Layout
 from optlayout.topology import topology_from_cluster
 

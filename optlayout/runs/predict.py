@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, layout_problems, usable_memory_bytes
-from optlayout.errors import OptlayoutError
+from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, usable_memory_bytes
+from optlayout.errors import InputError
+from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
+from optlayout.solver.candidates import CostTable
 from optlayout.solver.cpsat import Limits, solve_top_k
 from optlayout.solver.space import SpaceOptions, enumerate_layouts
-from optlayout.solver.tables import CostTable
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
 from optlayout.topology import Topology, topology_from_cluster
 
@@ -71,7 +72,7 @@ def predict_run(
     layouts = list(enumerate_layouts(record.model, job, topo.num_gpus, topo.domain_size, options))
     if not layouts:
         problems = _explain_illegal(record, job)
-        raise OptlayoutError(f"run {record.id}: no legal layout matches the published fields ({problems})")
+        raise InputError(f"run {record.id}: no legal layout matches the published fields ({problems})")
     candidates = [table.candidate(lay) for lay in layouts]
     capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
     result = solve_top_k(candidates, Limits(capacity))

@@ -10,7 +10,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.presets import gpu_preset
 from optlayout.specs import AttentionKernel, ClusterSpec, ModelSpec, Precision
 
@@ -103,7 +103,7 @@ def _record(raw: dict[str, Any], where: str) -> RunRecord:
     try:
         return RunRecord.model_validate(raw)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, where)) from None
+        raise InputError(describe_validation_error(exc, where)) from None
 
 
 def _undot(row: dict[str, str]) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def read_runs(path: str | Path) -> list[RunRecord]:
     """Read run records from a `.jsonl`/`.json` or `.csv` file; errors name the line and field."""
     path = Path(path)
     if not path.is_file():
-        raise OptlayoutError(f"runs: no such file {str(path)!r}")
+        raise InputError(f"runs: no such file {str(path)!r}")
     text = path.read_text()
     records: list[RunRecord] = []
     if path.suffix.lower() == ".csv":
@@ -148,7 +148,7 @@ def read_runs(path: str | Path) -> list[RunRecord]:
             try:
                 items = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise OptlayoutError(f"runs: {path.name} is not valid JSON ({exc.msg})") from None
+                raise InputError(f"runs: {path.name} is not valid JSON ({exc.msg})") from None
             records = [_record(item, f"{path.name} item {i}") for i, item in enumerate(items)]
         else:
             for i, line in enumerate(text.splitlines(), start=1):
@@ -157,8 +157,8 @@ def read_runs(path: str | Path) -> list[RunRecord]:
                 try:
                     raw = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise OptlayoutError(f"runs: {path.name} line {i} is not valid JSON ({exc.msg})") from None
+                    raise InputError(f"runs: {path.name} line {i} is not valid JSON ({exc.msg})") from None
                 records.append(_record(raw, f"{path.name} line {i}"))
     if not records:
-        raise OptlayoutError(f"runs: {path.name} holds no run records")
+        raise InputError(f"runs: {path.name} holds no run records")
     return records

@@ -1,8 +1,8 @@
 """The CP-SAT model: one Boolean per candidate layout, constraints over them, the cost tables as coefficients.
 
 It holds no physics: memory, throughput and bubble come from the cost tables. Constraints are named
-(`exactly_one_layout`, `memory_fits`, `global_batch_bounds`, `bubble_limit`); the objective maximizes
-cluster throughput in scaled integers with the simplicity order as a tie-break folded in, so the optimum
+(`exactly_one_layout`, `memory_fits`, `global_batch_min`, `global_batch_max`, `bubble_limit`, `no_good_*`);
+the objective maximizes cluster throughput in scaled integers with the simplicity order as a tie-break folded in, so the optimum
 is unique and deterministic. Top-K re-solves with a no-good on each layout found (CP-SAT Primer, section
 "Top-k").
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from optlayout.solver.tables import (
+from optlayout.solver.candidates import (
     MIB,
     Candidate,
     Limits,

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
 from optlayout.topology.schema import HOST_KINDS, SWITCH_TIERS
 
 Chain = list[tuple[str, float, float]]  # (parent node, bandwidth of the edge up to it, latency of that edge)
@@ -56,10 +56,10 @@ class _Switches:
 
 def analyse(graph: nx.Graph, gpu_nodes: list[str]) -> Tables:
     """Per-rank tables for `gpu_nodes` (rank order) in `graph`."""
-    adj: dict[str, dict[str, dict[str, Any]]] = graph._adj
-    nodes: dict[str, dict[str, Any]] = graph._node
+    adj = graph.adj
+    nodes: dict[str, dict[str, Any]] = dict(graph.nodes(data=True))
     kind = {n: d["kind"] for n, d in nodes.items()}
-    switches = _switch_info(adj, nodes, kind)
+    switches = _switch_info(graph, nodes, kind)
     server, server_names = _servers(nodes, gpu_nodes)
     scan = _scan_gpus(adj, kind, gpu_nodes, switches)
     domain, domain_kind = _domains(scan, server, gpu_nodes)
@@ -90,17 +90,17 @@ def _servers(nodes: dict[str, dict[str, Any]], gpu_nodes: list[str]) -> tuple[np
     for g in gpu_nodes:
         name = nodes[g].get("server")
         if name is None:
-            raise OptlayoutError(f"nodes: gpu {g!r} has no server")
+            raise InputError(f"nodes: gpu {g!r} has no server")
         if name not in index:
             index[name] = len(index)
         elif index[name] != len(index) - 1:
-            raise OptlayoutError(f"nodes: gpus of server {name!r} are not contiguous in rank order (at {g!r})")
+            raise InputError(f"nodes: gpus of server {name!r} are not contiguous in rank order (at {g!r})")
         out.append(index[name])
     server = np.array(out, dtype=np.int64)
     counts = np.bincount(server)
     if counts.min() != counts.max():
         names = list(index)
-        raise OptlayoutError(
+        raise InputError(
             f"nodes: servers hold different GPU counts ({names[counts.argmin()]}: {counts.min()}, "
             f"{names[counts.argmax()]}: {counts.max()})"
         )
@@ -110,8 +110,9 @@ def _servers(nodes: dict[str, dict[str, Any]], gpu_nodes: list[str]) -> tuple[np
 # ---------------------------------------------------------------------------------------------- switches
 
 
-def _switch_info(adj: dict, nodes: dict, kind: dict[str, str]) -> _Switches:
+def _switch_info(graph: nx.Graph, nodes: dict[str, dict[str, Any]], kind: dict[str, str]) -> _Switches:
     """Tier, oversubscription (down/up capacity), up-link latency and tier components of every switch."""
+    adj = graph.adj
     tier = {n: int(nodes[n].get("tier") or SWITCH_TIERS[k]) for n, k in kind.items() if k in SWITCH_TIERS}
     oversub, up_lat, up_cap, down_cap = {}, {}, {}, {}
     for s, t in tier.items():
@@ -125,27 +126,14 @@ def _switch_info(adj: dict, nodes: dict, kind: dict[str, str]) -> _Switches:
         oversub[s] = max(1.0, down / up) if up > 0 else math.inf
         up_lat[s], up_cap[s], down_cap[s] = lat, up, down
     top = max(tier.values(), default=1)
-    comps = [_components(adj, tier, t) for t in range(2, top + 1)]
+    comps = [_components(graph, tier, t) for t in range(2, top + 1)]
     return _Switches(tier, oversub, up_lat, up_cap, down_cap, comps)
 
 
-def _components(adj: dict, tier: dict[str, int], top: int) -> dict[str, int]:
+def _components(graph: nx.Graph, tier: dict[str, int], top: int) -> dict[str, int]:
     """Connected components of the switches of tier <= top (ids in order of first node)."""
-    comp: dict[str, int] = {}
-    label = -1
-    for start in tier:
-        if start in comp or tier[start] > top:
-            continue
-        label += 1
-        comp[start] = label
-        queue = deque([start])
-        while queue:
-            s = queue.popleft()
-            for nb in adj[s]:
-                if nb not in comp and tier.get(nb, top + 1) <= top:
-                    comp[nb] = label
-                    queue.append(nb)
-    return comp
+    below = nx.subgraph_view(graph, filter_node=lambda n: tier.get(n, top + 1) <= top)
+    return {n: label for label, members in enumerate(nx.connected_components(below)) for n in members}
 
 
 # ---------------------------------------------------------------------------------------------- GPUs
@@ -270,41 +258,23 @@ def _share_nics(scan: _Scan, sw: _Switches) -> None:
 
 
 def _domains(scan: _Scan, server: np.ndarray, gpu_nodes: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Scale-up domain per rank (renumbered in rank order) and each domain's kind."""
-    label: dict[str, int] = {}  # node id (NVSwitch, or GPU of a mesh) -> union-find label
-    parent: list[int] = []
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    raw: list[tuple[str, int]] = []
-    for r, links in enumerate(scan.su_links):
-        if not links:
-            raw.append(("host", int(server[r])) if scan.host_domain[r] else ("single", r))
-            continue
-        if len(links) == 1 and links[0] in label and r not in scan.mesh:
-            raw.append(("su", label[links[0]]))  # the common case: one NVSwitch already seen
-            continue
-        ends = (gpu_nodes[r], *links)
-        roots = {find(label[x]) for x in ends if x in label}
-        root = min(roots) if roots else len(parent)
-        if not roots:
-            parent.append(root)
-        for other in roots:
-            parent[other] = root
-        for x in ends:
-            label.setdefault(x, root)
-        raw.append(("su", root))
-    renumber: dict[tuple[str, int], int] = {}
-    domain = [renumber.setdefault((tag, find(x) if tag == "su" else x), len(renumber)) for tag, x in raw]
-    kinds = [""] * len(renumber)
-    for r, d in enumerate(domain):
-        if not kinds[d]:
-            tag = raw[r][0]
-            kinds[d] = {"host": "pcie", "single": "none"}.get(tag) or ("nvswitch" if scan.su_bw[r] > 0 else "mesh")
+    """Scale-up domain per rank (numbered in rank order) and each domain's kind: the connected components of
+    the NVSwitch and GPU-GPU links, else the server's PCIe tree, else the GPU alone."""
+    links = nx.Graph()
+    links.add_edges_from((gpu_nodes[r], peer) for r, peers in enumerate(scan.su_links) if peers for peer in peers)
+    component = {n: c for c, members in enumerate(nx.connected_components(links)) for n in members}
+    number: dict[tuple[str, int], int] = {}
+    domain, kinds = [], []
+    for r, peers in enumerate(scan.su_links):
+        if peers:
+            key = ("su", component[gpu_nodes[r]])
+        else:
+            key = ("host", int(server[r])) if scan.host_domain[r] else ("single", r)
+        if key not in number:
+            number[key] = len(number)
+            tag = key[0]
+            kinds.append({"host": "pcie", "single": "none"}.get(tag) or ("nvswitch" if scan.su_bw[r] > 0 else "mesh"))
+        domain.append(number[key])
     return np.array(domain, dtype=np.int64), kinds
 
 
@@ -407,10 +377,10 @@ def _check_reachable(t: Tables, gpu_nodes: list[str], scan: _Scan) -> None:
         return
     for r, picks in enumerate(scan.picks):
         if not picks:
-            raise OptlayoutError(f"topology: gpu {gpu_nodes[r]!r} has no path to a NIC cabled to a switch")
+            raise InputError(f"topology: gpu {gpu_nodes[r]!r} has no path to a NIC cabled to a switch")
     top = t.blocks[-1]
     if (top != top[0]).any():
         other = int(np.flatnonzero(top != top[0])[0])
-        raise OptlayoutError(
+        raise InputError(
             f"topology: the network does not join {gpu_nodes[0]!r} and {gpu_nodes[other]!r} (no common switch tier)"
         )

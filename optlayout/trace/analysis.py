@@ -30,7 +30,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError, OptlayoutError
 
 __all__ = [
     "CATEGORIES",
@@ -585,7 +585,7 @@ def _ranks(summaries: Sequence[TraceSummary]) -> list[RankTime]:
     for index, s in enumerate(summaries):
         rank = s.rank if s.rank is not None else index
         if rank in seen:
-            raise OptlayoutError(f"rank {rank} appears twice: {seen[rank]} and {s.path} (give one trace per rank)")
+            raise InputError(f"rank {rank} appears twice: {seen[rank]} and {s.path} (give one trace per rank)")
         seen[rank] = s.path
         rows.append((rank, s))
     rows.sort(key=lambda r: r[0])
@@ -655,12 +655,12 @@ def _verdict(report: ProfileReport) -> list[str]:
 def analyze(paths: Sequence[str | Path], top: int = 10) -> ProfileReport:
     """Analyze one trace, or several (one per rank: `distributedInfo.rank` if present, else file order)."""
     if not paths:
-        raise OptlayoutError("profile: give at least one trace file")
+        raise InputError("profile: give at least one trace file")
     if top < 1:
-        raise OptlayoutError(f"top: must be at least 1 (got {top})")
+        raise InputError(f"top: must be at least 1 (got {top})")
     for p in paths:
         if not Path(p).is_file():
-            raise OptlayoutError(f"trace {p}: no such file")
+            raise InputError(f"trace {p}: no such file")
     summaries = [summarize_trace(p) for p in paths]
     op_time: dict[str, float] = {}
     op_cat: dict[str, str] = {}
