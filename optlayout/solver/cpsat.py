@@ -3,8 +3,8 @@
 It holds no physics: memory, throughput and bubble come from the cost tables. Constraints are named
 (`exactly_one_layout`, `memory_fits`, `global_batch_min`, `global_batch_max`, `bubble_limit`, `no_good_*`);
 the objective maximizes cluster throughput in scaled integers with the simplicity order as a tie-break
-folded in, so the optimum is unique and deterministic. Top-K re-solves with a no-good on each layout found (CP-SAT Primer, section
-"Top-k").
+folded in, so the optimum is unique and deterministic. Top-K re-solves with a no-good on each layout found
+(CP-SAT Primer, section "Top-k").
 """
 
 from __future__ import annotations
