@@ -180,7 +180,7 @@ def test_solve_reads_the_topology_file_once(tmp_path, capsys, monkeypatch) -> No
 
     monkeypatch.setattr(load, "read_topology_doc", counting)
     topology = "topologies/worked-example-256x80gb.yaml"
-    code, _, err = run_main(capsys, monkeypatch, "solve", "--model", "llama3.1-70b", "--topology", topology,
-                            "--seq-len", "4096", "--global-batch", "512", "--report", str(tmp_path / "r.html"))  # fmt: skip
+    args = ["--seq-len", "4096", "--global-batch", "512", "--report", str(tmp_path / "r.html")]
+    code, _, err = run_main(capsys, monkeypatch, "solve", "--model", "llama3.1-70b", "--topology", topology, *args)
     assert code == 0, err
     assert reads == [topology]
