@@ -157,11 +157,13 @@ def memory_command(
     table = Table(title=f"memory per GPU (tp={tp} pp={pp} cp={cp} dp={dp}, {shard.value})")
     table.add_column("term")
     table.add_column("GB", justify="right")
-    rows = (("weights", est.weights_bytes), ("gradients", est.gradients_bytes), ("optimizer", est.optimizer_bytes),
-            ("state", est.state_bytes), ("activations", est.activations_bytes), ("total", est.total_bytes))  # fmt: skip
-    for label, value in rows:
-        if value is not None:
-            table.add_row(label, f"{value / 1e9:.2f}")
+    rows: list[tuple[str, float | None]] = [
+        ("weights", est.weights_bytes), ("gradients", est.gradients_bytes), ("optimizer", est.optimizer_bytes),
+        ("state", est.state_bytes), ("activations", est.activations_bytes), ("total", est.total_bytes),
+    ]  # fmt: skip
+    for label, term_bytes in rows:
+        if term_bytes is not None:
+            table.add_row(label, f"{term_bytes / 1e9:.2f}")
     common.console.print(table)
     if capacity is not None:
         verdict = "fits" if out["fits"] else "does NOT fit"

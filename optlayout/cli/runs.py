@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import Progress
@@ -13,6 +13,9 @@ from rich.table import Table
 from optlayout.cli import common
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InputError
+
+if TYPE_CHECKING:
+    from optlayout.runs.records import RunRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +28,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(runs_app, name="runs")
 
 
-def _read(runs: Path) -> list:
+def _read(runs: Path) -> list[RunRecord]:
     from optlayout.runs.records import read_runs
 
     return read_runs(runs)
@@ -162,7 +165,7 @@ def from_log_command(
     gpu_preset(spec.gpu)
     shape = common.model_arg(model, model_config)
     try:
-        job = RunJob(seq_len=seq_len, global_batch=global_batch, precision=precision)  # type: ignore[arg-type]
+        job = RunJob.model_validate({"seq_len": seq_len, "global_batch": global_batch, "precision": precision})
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "job")) from None
     record = run_from_log(log, fmt, shape, spec, job, layout, run_id=run_id, source=source, warmup=warmup)

@@ -47,8 +47,8 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
     return out
 
 
-def _excludes(items: list[str] | None) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
+def _excludes(items: list[str] | None) -> dict[str, list[object]]:
+    out: dict[str, list[object]] = {}
     for key, value in _pairs(items, "exclude").items():
         out.setdefault(key, []).append(value)
     return out
@@ -169,7 +169,7 @@ class _Search(TypedDict):
     top: int
     pins: dict[str, str]
     maxima: dict[str, int]
-    exclude: dict[str, list[str]]
+    exclude: dict[str, list[object]]
     time_limit_s: float
     failure: FailureSpec | None
     storage: StorageSpec | None

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.table import Table
 
 from optlayout.cli import common
 from optlayout.errors import InputError
+
+if TYPE_CHECKING:
+    from optlayout.topology.discovery import FabricChoice, ScaleUpChoice
 
 SOURCE_HELP = "nvidia-smi (`nvidia-smi topo -m` output) | nccl-xml (NCCL_TOPO_DUMP_FILE) | slurm (topology.conf)"
 
@@ -31,9 +34,12 @@ def show_command(
     """GPUs, servers, NVLink domains, bandwidth and latency per link level, bisection bandwidth."""
     from optlayout.topology import resolve_cluster
 
-    if (file is None) == (cluster is None):
+    if file is not None and cluster is None:
+        topo = resolve_cluster(file)
+    elif cluster is not None and file is None:
+        topo = resolve_cluster(cluster)
+    else:
         raise InputError("topology: give a topology FILE or --cluster gpu=...,gpus=... (exactly one)")
-    topo = resolve_cluster(file if file is not None else cluster)  # type: ignore[arg-type]
     summary = topo.summary()
     if as_json:
         common.print_json(summary)
@@ -103,8 +109,8 @@ def discover_command(
         gpus_per_server=gpus_per_server,
         nics_per_server=nics_per_server,
         nic_gbps=nic_gbps,
-        scale_up=scale_up,  # type: ignore[arg-type]
-        fabric=fabric,  # type: ignore[arg-type]
+        scale_up=cast("ScaleUpChoice", scale_up),  # checked by _check_choices
+        fabric=cast("FabricChoice", fabric),  # checked by _check_choices
         servers_per_leaf=servers_per_leaf,
         oversubscription=oversubscription,
         name=name or (output.stem if output else file.stem),

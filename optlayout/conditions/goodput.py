@@ -196,7 +196,7 @@ class GoodputModel:
     failure: FailureSpec
     storage: StorageSpec
     gpus_per_node: int
-    _cache: dict[tuple, LayoutCheckpointing] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[object, ...], LayoutCheckpointing] = field(default_factory=dict, repr=False)
 
     def estimate(self, layout: Layout, stage_param_count: Sequence[float] | None = None) -> LayoutCheckpointing:
         """The layout's checkpointing; `stage_param_count` as the memory model computed them (else recomputed)."""
@@ -223,7 +223,7 @@ class GoodputModel:
             cp = rel.plan_checkpointing(mtbf_s, blocking_s, self.failure.restart_s, self.failure.method, lag_s)
         except OptlayoutError as exc:
             return LayoutCheckpointing(effective_time_fraction=0.0, interval_s=None, lost_per_failure_s=None,
-                                       problem=str(exc), **common)  # type: ignore[arg-type]  # fmt: skip
+                                       problem=str(exc), **common)  # fmt: skip
         problem = None
         if cp.effective_time_fraction <= 0:
             problem = (
@@ -236,5 +236,5 @@ class GoodputModel:
             interval_s=cp.interval_s,
             lost_per_failure_s=cp.lost_per_failure_s,
             problem=problem,
-            **common,  # type: ignore[arg-type]
+            **common,
         )

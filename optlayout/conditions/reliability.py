@@ -82,13 +82,13 @@ def mtbf_from_failures_s(failures: float, period_s: float) -> float:
 def cluster_mtbf_s(gpus: int, *, gpu_failure_rate_per_s: float | None = None, gpu_mtbf_s: float | None = None) -> float:
     """Job MTBF from a per-GPU failure rate (or per-GPU MTBF): independent failures add up, so the job's
     MTBF is the per-GPU MTBF / gpus and halves when the GPU count doubles. Give exactly one of the two."""
-    gpus = _check("gpus", gpus)
+    count = _check("gpus", gpus)
     if (gpu_failure_rate_per_s is None) == (gpu_mtbf_s is None):
         raise InputError("give exactly one of gpu_failure_rate_per_s and gpu_mtbf_s")
     if gpu_failure_rate_per_s is not None:
-        return 1.0 / _check("gpu_failure_rate_per_s", gpu_failure_rate_per_s) / gpus
+        return 1.0 / _check("gpu_failure_rate_per_s", gpu_failure_rate_per_s) / count
     assert gpu_mtbf_s is not None  # exactly one was given
-    return _check("gpu_mtbf_s", gpu_mtbf_s) / gpus
+    return _check("gpu_mtbf_s", gpu_mtbf_s) / count
 
 
 # --- checkpoint cost ----------------------------------------------------------------------------------

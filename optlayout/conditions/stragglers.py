@@ -70,7 +70,7 @@ def expected_max_standard_normal(n: int) -> float:
     top = 1.0 + math.sqrt(2.0 * math.log(n))  # where the maximum concentrates
     pos, _ = integrate.quad(lambda x: -math.expm1(log_cdf_n(x)), 0.0, top + 40.0, points=[top], limit=200)
     neg, _ = integrate.quad(lambda x: math.exp(log_cdf_n(x)), -40.0, 0.0, limit=200)
-    return pos - neg
+    return float(pos - neg)
 
 
 def expected_max_slowdown(ranks: int, sigma: float) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -103,7 +104,7 @@ def evaluate(
     topology: LinkSource,
     params: CostParams = DEFAULT_PARAMS,
     links: GroupLinks | None = None,
-    memo: dict | None = None,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> Evaluation:
     """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`)."""
     links = links or group_links(topology, layout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from optlayout.cost import comm
 from optlayout.cost.memory import kv_width_per_rank
@@ -198,7 +199,7 @@ def step_time(
     links: comm.GroupLinks,
     params: CostParams,
     param_count_on_gpu: float,
-    memo: dict | None = None,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> TimeBreakdown:
     """Compose one optimizer step on the slowest stage.
 

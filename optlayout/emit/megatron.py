@@ -205,14 +205,15 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
         ("--max-position-embeddings", str(model.position_embeddings or job.seq_len)),
     ]
     flags += _model_flags(model)
-    flags += {"bf16": [("--bf16",)], "fp16": [("--fp16",)], "fp8": [("--bf16",), ("--fp8-format", "hybrid")]}[
-        job.precision
-    ]
+    precision: dict[str, list[tuple[str, ...]]] = {
+        "bf16": [("--bf16",)], "fp16": [("--fp16",)], "fp8": [("--bf16",), ("--fp8-format", "hybrid")]
+    }  # fmt: skip
+    flags += precision[job.precision]
     return flags
 
 
 def _sharding_flags(layout: Layout, fsdp_impl: str) -> list[tuple[str, ...]]:
-    overlap = [("--overlap-grad-reduce",)] if layout.dp > 1 else []
+    overlap: list[tuple[str, ...]] = [("--overlap-grad-reduce",)] if layout.dp > 1 else []
     if layout.sharding is Sharding.none:
         return overlap
     if layout.sharding is Sharding.zero1:

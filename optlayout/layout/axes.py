@@ -45,6 +45,7 @@ class Axis:
     key: str
     help: str
     aliases: tuple[str, ...] = ()
+    label: str = ""  # column header in reports; the key when empty
     grid: bool = False
     splits_model: bool = False
     searched: bool = True
@@ -108,7 +109,9 @@ def declared_axes(layout_type: type[Layout]) -> tuple[Axis, ...]:
             raise TypeError(f"Layout.{name} has no Axis declaration")
         kind, optional = _base_type(info.annotation)
         choices = tuple(m.value for m in kind) if issubclass(kind, StrEnum) else ()
-        out.append(replace(axis, name=name, kind=kind, optional=optional, default=info.default, choices=choices))
+        label = axis.label or axis.key
+        out.append(replace(axis, name=name, kind=kind, optional=optional, default=info.default, choices=choices,
+                           label=label))  # fmt: skip
     grid_tokens = set(MEGATRON_ORDERS[0].split("-"))
     for axis in out:
         if axis.grid and axis.key not in grid_tokens:

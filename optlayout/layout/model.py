@@ -49,13 +49,15 @@ class Layout(BaseModel):
         Axis("cp", "context-parallel degree", grid=True, splits_model=True, checkpoint="reshards_if_sharded"),
     ] = 1
     dp: Annotated[PositiveInt, Axis("dp", "data-parallel degree", grid=True, checkpoint="reshards_if_sharded")] = 1
-    micro_batch: Annotated[PositiveInt, Axis("mb", "sequences per micro-batch")] = 1
-    grad_accum: Annotated[PositiveInt, Axis("ga", "micro-batches per step")] = 1
+    micro_batch: Annotated[PositiveInt, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
+    grad_accum: Annotated[PositiveInt, Axis("ga", "micro-batches per step", label="grad accum")] = 1
     sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = (
         Sharding.none
     )
     recompute: Annotated[Recompute, Axis("recompute", "activation recomputation")] = Recompute.none
-    sequence_parallel: Annotated[bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default")] = False
+    sequence_parallel: Annotated[
+        bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")
+    ] = False
     first_stage_layers: Annotated[
         int | None,
         Field(ge=1, description="layers on the first pipeline stage (uneven split)"),

@@ -54,7 +54,8 @@ class PlannedLayout(BaseModel):
         return self.emit("torchtitan")
 
     def to_deepspeed_config(self) -> dict[str, Any]:
-        return json.loads(self.emit("deepspeed"))
+        config: dict[str, Any] = json.loads(self.emit("deepspeed"))
+        return config
 
     def to_accelerate_yaml(self) -> str:
         return self.emit("accelerate")

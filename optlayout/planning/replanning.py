@@ -135,7 +135,8 @@ def nearest_gpu_counts(
 
 
 def _counts(maker: _ClusterMaker, gpus: int, direction: int, probes: int) -> list[int]:
-    out, n = [], gpus + direction
+    out: list[int] = []
+    n = gpus + direction
     while 1 <= n <= max(4 * gpus, gpus + probes * maker.per_node) and len(out) < probes:
         if maker.valid(n):
             out.append(n)

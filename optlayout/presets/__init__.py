@@ -19,12 +19,14 @@ _GIB = 2**30
 
 @cache
 def _gpu_table() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load((_HERE / "gpus.yaml").read_text())
+    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "gpus.yaml").read_text())
+    return table
 
 
 @cache
 def _model_table() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load((_HERE / "models.yaml").read_text())
+    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "models.yaml").read_text())
+    return table
 
 
 def gpu_names() -> list[str]:

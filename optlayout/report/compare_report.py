@@ -68,7 +68,7 @@ def _filled_text(filled: object) -> str:
     return "-"
 
 
-def compare_report_html(result: dict) -> str:
+def compare_report_html(result: dict[str, Any]) -> str:
     """One self-contained HTML page for the `optlayout compare --json` dict."""
     if not isinstance(result, Mapping):
         raise InputError("report: the compare result must be a JSON object with 'runs' and 'summary'")
@@ -276,7 +276,7 @@ def _orders(runs: Sequence[Mapping[str, Any]]) -> str:
                 total += 1
                 agree += (measured[i] > measured[j]) == (predicted[i] > predicted[j])
         order = sorted(range(len(rs)), key=lambda i: (mr[i], pr[i], str(rs[i].get("id"))))
-        rows = []
+        rows: list[list[object]] = []
         for i in order:
             r = rs[i]
             rows.append(
@@ -295,7 +295,8 @@ def _orders(runs: Sequence[Mapping[str, Any]]) -> str:
             "measured rank",
             "predicted rank",
         )
-        headers = [Cell("run", cls="l"), Cell("layout", cls="l"), "measured tok/s/GPU", "predicted tok/s/GPU"]
+        headers: list[str | Cell] = [Cell("run", cls="l"), Cell("layout", cls="l"), "measured tok/s/GPU",
+                                     "predicted tok/s/GPU"]  # fmt: skip
         tbl = table([*headers, "measured rank", "predicted rank"], rows, cls="order-table")
         out.append(
             f'<h3 class="group-name">{esc(name)}</h3>\n'

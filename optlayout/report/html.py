@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing_extensions import TypeIs
+
 from optlayout.errors import InputError
 
 __all__ = [
@@ -51,7 +53,7 @@ class Cell:
     cls: str = ""
 
 
-def _finite(value: object) -> bool:
+def _finite(value: object) -> TypeIs[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from math import isfinite
+from typing import Any
 
 from optlayout.cost import group_links
 from optlayout.errors import InputError, OptlayoutError
+from optlayout.layout.axes import Axis
+from optlayout.layout.model import SEARCHED_AXES
 from optlayout.layout.ranks import COSTED_ORDER, RankMap, grid, rank_map
 from optlayout.planning.plan import Plan, PlannedLayout
 from optlayout.report.html import (
@@ -123,7 +126,7 @@ def _sample(groups: list[list[int]]) -> list[list[int]]:
     return [groups[round(i * last / (MAX_SAMPLED_GROUPS - 1))] for i in range(MAX_SAMPLED_GROUPS)]
 
 
-def _network_tier(groups: list[list[int]], levels: list[dict]) -> str:
+def _network_tier(groups: list[list[int]], levels: list[dict[str, Any]]) -> str:
     """The lowest network tier whose aligned block of GPUs holds every group (empty without a topology)."""
     for lv in levels:
         if lv["kind"] != "network":
@@ -209,9 +212,15 @@ def _diagnosis(plan: Plan) -> str:
     )
 
 
+def _axis_cell(axis: Axis, value: object) -> object:
+    if axis.kind is bool:
+        return "yes" if value else "no"
+    return value if axis.numeric else Cell(getattr(value, "value", value), cls="l")
+
+
 def _layouts_table(plan: Plan) -> str:
-    headers = ["rank", "tp", "pp", "vp", "cp", "dp", "micro-batch", "grad accum"]
-    headers += [Cell("sharding", cls="l"), Cell("recompute", cls="l"), "SP"]
+    headers: list[str | Cell] = ["rank"]
+    headers += [a.label if a.numeric or a.kind is bool else Cell(a.label, cls="l") for a in SEARCHED_AXES]
     headers += ["MFU", "tokens/s/GPU", "step time", "memory/GPU", "of capacity", "bubble"]
     rows = []
     for p in plan.layouts:
@@ -220,16 +229,7 @@ def _layouts_table(plan: Plan) -> str:
         rows.append(
             [
                 p.rank,
-                lay.tp,
-                lay.pp,
-                lay.vp,
-                lay.cp,
-                lay.dp,
-                lay.micro_batch,
-                lay.grad_accum,
-                Cell(lay.sharding.value, cls="l"),
-                Cell(lay.recompute.value, cls="l"),
-                "yes" if lay.sequence_parallel else "no",
+                *(_axis_cell(a, getattr(lay, a.name)) for a in SEARCHED_AXES),
                 Cell(fmt_pct(pred.mfu), pred.mfu),
                 Cell(fmt_num(pred.tokens_per_s_per_gpu), pred.tokens_per_s_per_gpu),
                 Cell(fmt_seconds(pred.step_time_s), pred.step_time_s),
@@ -383,13 +383,14 @@ def _rank_grid(best: PlannedLayout, gps: int, placed: Sequence[DimPlacement]) ->
                 continue
             c = ranks.coords(rank)
             color = PALETTE[c["pp"] % len(PALETTE)]
-            tip = f"rank {rank}: tp {c['tp']}, cp {c['cp']}, dp {c['dp']}, pp {c['pp']}"
+            tip = f"rank {rank}: " + ", ".join(f"{d} {c[d]}" for d in ranks.grid_dims)
             out.append(
                 f'<rect class="gpu" x="{x}" y="{yy}" width="{cell_w}" height="{cell_h}" rx="4" fill="{color}" '
                 f'fill-opacity="0.28" stroke="{color}"><title>{esc(tip)}</title></rect>'
                 f'<text class="tick" x="{x + cell_w / 2}" y="{yy + 16}" text-anchor="middle">r{rank}</text>'
                 f'<text class="tick" x="{x + cell_w / 2}" y="{yy + 31}" text-anchor="middle">'
-                f"c{c['cp']} d{c['dp']} p{c['pp']}</text>"
+                + " ".join(f"{d[0]}{c[d]}" for d in ranks.grid_dims[1:])
+                + "</text>"
             )
         if lay.tp > 1:
             for start in range(0, gps, lay.tp):

@@ -144,7 +144,8 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
     def residuals(x: np.ndarray) -> np.ndarray:
         params = _with(base, names, x)
         predicted = np.array([c.predicted_tps(params) for c in cases])
-        return np.log(predicted / measured)
+        errors: np.ndarray = np.log(predicted / measured)
+        return errors
 
     result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return _with(base, names, result.x)

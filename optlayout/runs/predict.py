@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, usable_memory_bytes
 from optlayout.errors import InputError
 from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
-from optlayout.solver.candidates import CostTable
-from optlayout.solver.cpsat import Limits, solve_top_k
+from optlayout.solver.candidates import CostTable, Limits
+from optlayout.solver.cpsat import solve_top_k
 from optlayout.solver.space import SpaceOptions, enumerate_layouts
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
 from optlayout.topology import Topology, topology_from_cluster
@@ -45,9 +46,9 @@ def assumed_fields(record: RunRecord) -> dict[str, dict[str, str]]:
     return {} if why is None else {"attention_kernel": {"value": kernel, "why": why}}
 
 
-def _pins(record: RunRecord) -> dict[str, object]:
+def _pins(record: RunRecord) -> dict[str, Any]:
     known = record.layout.known()
-    pins: dict[str, object] = {k: v for k, v in known.items() if k not in ("sharding", "recompute")}
+    pins: dict[str, Any] = {k: v for k, v in known.items() if k not in ("sharding", "recompute")}
     if "sharding" in known:
         pins["sharding"] = Sharding(known["sharding"])
     if "recompute" in known:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ class RunRecord(BaseModel):
         return "flash", "not stated: the GPU's native fused kernel"
 
     @property
-    def group_key(self) -> tuple:
+    def group_key(self) -> tuple[object, ...]:
         """Runs sharing model, cluster and job, differing only in layout, are ranked against each other."""
         return (self.model.name, self.cluster.gpu, self.cluster.gpus, self.job.seq_len, self.job.global_batch,
                 self.job.precision, self.attention_kernel()[0])  # fmt: skip
@@ -106,7 +107,7 @@ def _record(raw: dict[str, Any], where: str) -> RunRecord:
         raise InputError(describe_validation_error(exc, where)) from None
 
 
-def _undot(row: dict[str, str]) -> dict[str, Any]:
+def _undot(row: Mapping[str | None, str | None]) -> dict[str, Any]:
     """CSV columns `model.hidden`, `layout.tp`, ... -> nested dict; empty cells are null."""
     out: dict[str, Any] = {}
     for key, text in row.items():

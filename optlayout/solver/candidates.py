@@ -57,7 +57,7 @@ _MODEL_SPLITS = tuple(a.name for a in AXES if a.splits_model)
 _ALL_BUT_MICRO_BATCH = tuple(a.name for a in AXES if a.name != "micro_batch")
 
 
-def layout_identity(layout: Layout) -> tuple:
+def layout_identity(layout: Layout) -> tuple[object, ...]:
     """What makes two layouts distinct in a top-K: every axis but the accumulation, which within batch
     bounds is chosen for each layout (a layout with one micro-batch fewer is not a different layout)."""
     return tuple(getattr(layout, f) for f in _IDENTITY)
@@ -68,13 +68,13 @@ def grid_key(layout: Layout) -> tuple[int, ...]:
     return tuple(getattr(layout, a.name) for a in GRID_AXES)
 
 
-def state_key(layout: Layout) -> tuple:
+def state_key(layout: Layout) -> tuple[object, ...]:
     """What the training state per GPU depends on: the stage split, tp, the shard group dp x cp, sharding."""
     return (layout.tp, layout.pp, layout.dp * layout.cp, layout.sharding, layout.first_stage_layers,
             layout.last_stage_layers)  # fmt: skip
 
 
-def simplicity_key(layout: Layout) -> tuple:
+def simplicity_key(layout: Layout) -> tuple[object, ...]:
     """Fewer parallel dimensions and less machinery first; then a fixed field order."""
     used = sum(getattr(layout, name) > 1 for name in _MODEL_SPLITS)
     return (
@@ -92,7 +92,7 @@ def simplicity_key(layout: Layout) -> tuple:
     )
 
 
-def rank_key(candidate: Candidate, throughput_scale: float) -> tuple:
+def rank_key(candidate: Candidate, throughput_scale: float) -> tuple[object, ...]:
     """Sort key: best first. Throughput is compared at the same integer resolution the CP-SAT model uses."""
     return (-scaled_throughput(candidate, throughput_scale), simplicity_key(candidate.layout))
 
@@ -181,9 +181,9 @@ class CostTable:
             ordered = sorted(((self.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
         margin = 2.0 * (ordered[0][0] if ordered and k is not None else 0.0) / THROUGHPUT_RESOLUTION
-        best_by_layout: dict[tuple, float] = {}
-        state_ok: dict[tuple, bool] = {}
-        overflow_mb: dict[tuple, int] = {}
+        best_by_layout: dict[tuple[object, ...], float] = {}
+        state_ok: dict[tuple[object, ...], bool] = {}
+        overflow_mb: dict[tuple[object, ...], int] = {}
         out: list[Candidate] = []
         capacity_bytes = limits.memory_capacity_bytes
         capacity_mib = int(capacity_bytes // MIB)

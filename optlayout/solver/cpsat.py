@@ -68,7 +68,7 @@ def solve_top_k(
         bubble_ppm = [round(c.evaluation.bubble_fraction * 1e6) for c in candidates]
         limit_ppm = round(limits.max_bubble_fraction * 1e6)
         model.add(sum(b * xi for b, xi in zip(bubble_ppm, x, strict=True)) <= limit_ppm).with_name("bubble_limit")
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[object, ...], list[int]] = {}
     for i, c in enumerate(candidates):
         groups.setdefault(layout_identity(c.layout), []).append(i)
     coeffs = [scaled_throughput(c, scale) * weight + tie_rank[i] for i, c in enumerate(candidates)]

@@ -40,7 +40,7 @@ def oracle_ranking(
         if passes_limits(cand, limits):
             feasible.append(cand)
     scale = throughput_scale(feasible)
-    best_per_layout: dict[tuple, Candidate] = {}
+    best_per_layout: dict[tuple[object, ...], Candidate] = {}
     for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
         best_per_layout.setdefault(layout_identity(cand.layout), cand)  # each layout at its best accumulation
     return list(best_per_layout.values())

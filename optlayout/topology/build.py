@@ -84,12 +84,17 @@ class GraphBuilder:
             adj[v][u] = data
 
     def kind(self, node_id: str) -> str:
-        return self.node[node_id]["kind"]
+        return str(self.node[node_id]["kind"])
 
-    def graph(self) -> nx.Graph:
-        graph = nx.Graph()
-        graph._node.update(self.node)  # same dict-of-dicts layout networkx keeps internally
-        graph._adj.update(self.adj)
+    def graph(self) -> nx.Graph[str]:
+        """The networkx Graph over the built dicts, handed over without copying (see the comment inside)."""
+        graph: nx.Graph[str] = nx.Graph()
+        # The one private use of networkx: its Graph keeps exactly these dicts (node -> attributes, node ->
+        # neighbour -> shared edge data), so they are installed as they are. The public `add_nodes_from` +
+        # `add_edges_from` copy every attribute dict: on 16,384 GPUs (35,336 nodes, 53,248 edges) 0.37-0.77 s
+        # against 0.003-0.008 s, 100x slower, on the path every command takes; 131,072 GPUs would take seconds.
+        graph._node.update(self.node)  # type: ignore[attr-defined]  # networkx keeps _node undeclared in its stubs
+        graph._adj.update(self.adj)  # type: ignore[attr-defined]  # as _node
         return graph
 
 
@@ -318,9 +323,10 @@ def build_explicit(doc: ExplicitDoc, gpu: GpuSpec) -> GraphBuilder:
     """The explicit form: listed nodes and edges; `server` nodes expand to `server_template`."""
     b = GraphBuilder()
     servers = [n.id for n in doc.nodes if n.kind == "server"]
-    if servers and doc.server_template is None:
+    template = doc.server_template
+    if servers and template is None:
         raise InputError(f"server_template: required for nodes of kind 'server' (e.g. {servers[0]!r})")
-    block = add_servers(b, servers, doc.server_template, gpu) if servers else ServerBlock([], [])
+    block = add_servers(b, servers, template, gpu) if servers and template is not None else ServerBlock([], [])
     expanded = dict(zip(servers, zip(block.gpus, block.nics, strict=True), strict=True))
     for i, node in enumerate(doc.nodes):
         if node.kind == "server":

@@ -24,6 +24,10 @@ import yaml
 from optlayout.errors import InputError
 from optlayout.presets import gpu_preset
 
+Doc = list[dict[str, Any]]  # nodes or edges of a topology document
+ScaleUpChoice = Literal["auto", "nvswitch", "mesh", "pcie"]
+FabricChoice = Literal["rail", "fat-tree"]
+
 SOURCES: tuple[str, ...] = ("nvidia-smi", "nccl-xml", "slurm")
 
 # NVLink links per GPU at full width; per-link per-direction bandwidth = preset scale-up / links.
@@ -46,8 +50,8 @@ class DiscoverOptions:
     gpus_per_server: int = 8
     nics_per_server: int | None = None
     nic_gbps: float | None = None
-    scale_up: Literal["auto", "nvswitch", "mesh", "pcie"] = "auto"
-    fabric: Literal["rail", "fat-tree"] = "rail"
+    scale_up: ScaleUpChoice = "auto"
+    fabric: FabricChoice = "rail"
     servers_per_leaf: int | None = None
     oversubscription: float = 1.0
     name: str = "discovered"
@@ -217,7 +221,7 @@ def from_nvidia_smi(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     return _generator_doc(opts, gpu, {"nodes": nodes, "edges": edges}, description)
 
 
-def _smi_scale_up(smi: SmiMatrix, gpu: str, opts: DiscoverOptions, nodes: list, edges: list) -> str:
+def _smi_scale_up(smi: SmiMatrix, gpu: str, opts: DiscoverOptions, nodes: Doc, edges: Doc) -> str:
     """NVSwitch when every pair shows the same NV# and a GPU lacks the links for that many direct ones."""
     gpus = smi.gpus
     counts = {
@@ -241,7 +245,7 @@ def _smi_scale_up(smi: SmiMatrix, gpu: str, opts: DiscoverOptions, nodes: list, 
     return "mesh"
 
 
-def _smi_pcie(smi: SmiMatrix, gpu: str, nodes: list, edges: list) -> None:
+def _smi_pcie(smi: SmiMatrix, gpu: str, nodes: Doc, edges: Doc) -> None:
     """PCIe switches = devices joined by PIX/PXB; sockets = devices joined by anything but SYS."""
     devices = smi.devices
     pcie = _pcie_gbytes_per_s(16.0 if gpu.startswith("a100") else 32.0, 16)
@@ -388,7 +392,8 @@ def _xml_nvlinks(server: _XmlServer, gpu: str) -> str:
     """<nvlink tclass=0x068000> = to an NVSwitch (one aggregated node); to a GPU busid = a direct link."""
     sm = max(server.sm) if server.sm else 0
     per_link = next((bw for min_sm, bw in NVLINK_GBYTES_PER_S_BY_SM if sm >= min_sm), None) or _nvlink_gbytes_per_s(gpu)
-    switched, direct = False, {}
+    switched = False
+    direct: dict[tuple[Any, ...], int] = {}
     for _, node, elem in server.gpus:
         links = 0
         for nv in elem.findall("nvlink"):
@@ -441,7 +446,7 @@ def _split_top(expr: str) -> list[str]:
 
 
 def _expand_bracket(group: str, expr: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for part in group[1:-1].split(","):
         match = _RANGE.match(part.strip())
         if not match:
@@ -522,7 +527,7 @@ def _slurm_tree(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str) 
         raise InputError("slurm: no Nodes= in any SwitchName= line")
     port = template["nics"]["per_server"] * template["nics"]["gbps"]
     up = _uplinks(switches, children, hosts, parents, port, tiers, opts.oversubscription)
-    nodes = [{"id": h, "kind": "server"} for h in servers]
+    nodes: list[dict[str, Any]] = [{"id": h, "kind": "server"} for h in servers]
     nodes += [{"id": s, "kind": _tier_kind(t), **({"tier": t} if t > 3 else {})} for s, t in tiers.items()]
     edges: list[dict[str, Any]] = [{"a": h, "b": s} for s in switches for h in hosts[s]]
     for s in switches:
@@ -554,8 +559,14 @@ def _tier_kind(tier: int) -> str:
 
 
 def _uplinks(
-    switches: dict, children: dict, hosts: dict, parents: dict, port_gbps: float, tiers: dict, ratio: float
-) -> dict:
+    switches: dict[str, Any],
+    children: dict[str, list[str]],
+    hosts: dict[str, list[str]],
+    parents: dict[str, list[str]],
+    port_gbps: float,
+    tiers: dict[str, int],
+    ratio: float,
+) -> dict[str, float]:
     """Gb/s from each switch to each parent: (hosts' NICs + child uplinks) / oversubscription / parents."""
     up: dict[str, float] = {}
     for s in sorted(switches, key=lambda x: tiers[x]):

@@ -31,9 +31,9 @@ TIER_NAMES = ("leaf", "spine", "core")
 _KIND_CODE = {"nvswitch": 0, "mesh": 1, "pcie": 2, "none": 3}
 
 
-def ordered_gpu_nodes(graph: nx.Graph) -> list[str]:
+def ordered_gpu_nodes(graph: nx.Graph[str]) -> list[str]:
     """GPU nodes in rank order: grouped by server (in order of first appearance), then insertion order."""
-    gpus = [n for n, k in graph.nodes(data="kind") if k == "gpu"]
+    gpus = [n for n, data in graph.nodes.items() if data.get("kind") == "gpu"]
     first: dict[Any, int] = {}
     for g in gpus:
         first.setdefault(graph.nodes[g].get("server"), len(first))
@@ -51,7 +51,7 @@ class Topology:
         self,
         name: str,
         gpu: GpuSpec,
-        graph: nx.Graph,
+        graph: nx.Graph[str],
         gpu_nodes: Sequence[str] | None = None,
         description: str = "",
     ) -> None:

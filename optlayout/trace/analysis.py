@@ -156,7 +156,9 @@ class TraceStream:
     def _peek(self) -> str | None:
         """Next non-whitespace character (not consumed), or None at end of file."""
         while True:
-            self._pos = _WS.match(self._buf, self._pos).end()
+            blank = _WS.match(self._buf, self._pos)
+            assert blank is not None  # [ \t\n\r]* matches the empty string too
+            self._pos = blank.end()
             if self._pos < len(self._buf):
                 return self._buf[self._pos]
             if not self._fill():
@@ -262,9 +264,9 @@ def iter_trace_events(path: str | Path) -> Iterator[dict[str, Any]]:
 class _Lane:
     """Compact storage of one thread's or stream's complete events."""
 
-    ts: array = field(default_factory=lambda: array("d"))
-    dur: array = field(default_factory=lambda: array("d"))
-    name: array = field(default_factory=lambda: array("q"))
+    ts: array[float] = field(default_factory=lambda: array("d"))
+    dur: array[float] = field(default_factory=lambda: array("d"))
+    name: array[int] = field(default_factory=lambda: array("q"))
 
     def add(self, ts: float, dur: float, name_id: int) -> None:
         self.ts.append(ts)
@@ -339,9 +341,8 @@ def _self_times(lane: _Lane) -> np.ndarray:
 
 def _rank_of(metadata: dict[str, Any]) -> int | None:
     info = metadata.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
-    return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) else None
 
 
 def summarize_trace(path: str | Path) -> TraceSummary:
@@ -371,7 +372,8 @@ def summarize_trace(path: str | Path) -> TraceSummary:
         n_complete += 1
         t_min, t_max = min(t_min, ts), max(t_max, ts + dur)
         name_id = names.setdefault(name, len(names))
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        raw_args = ev.get("args")
+        args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
         if cat in _GPU_CATS or (cat.endswith("kernel") and ("stream" in args or "device" in args)):
             key = (args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
             gpu.setdefault(key, _Lane()).add(ts, dur, name_id)
