@@ -54,7 +54,6 @@ class Axis:
     # filled from the pydantic field by `declared_axes`
     name: str = ""
     kind: type = int
-    optional: bool = False
     default: object = None
     choices: tuple[str, ...] = field(default=())
 
@@ -107,11 +106,10 @@ def declared_axes(layout_type: type[Layout]) -> tuple[Axis, ...]:
         axis = next((m for m in info.metadata if isinstance(m, Axis)), None)
         if axis is None:
             raise TypeError(f"Layout.{name} has no Axis declaration")
-        kind, optional = _base_type(info.annotation)
+        kind = _base_type(info.annotation)
         choices = tuple(m.value for m in kind) if issubclass(kind, StrEnum) else ()
         label = axis.label or axis.key
-        out.append(replace(axis, name=name, kind=kind, optional=optional, default=info.default, choices=choices,
-                           label=label))  # fmt: skip
+        out.append(replace(axis, name=name, kind=kind, default=info.default, choices=choices, label=label))
     grid_tokens = set(MEGATRON_ORDERS[0].split("-"))
     for axis in out:
         if axis.grid and axis.key not in grid_tokens:
@@ -119,11 +117,10 @@ def declared_axes(layout_type: type[Layout]) -> tuple[Axis, ...]:
     return tuple(out)
 
 
-def _base_type(annotation: object) -> tuple[type, bool]:
-    """(the value type, whether None is allowed) of a field annotation such as `int | None`."""
+def _base_type(annotation: object) -> type:
+    """The value type of a field annotation such as `int | None`."""
     if get_origin(annotation) in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        return _base_type(args[0])[0], True
+        return _base_type(next(a for a in get_args(annotation) if a is not type(None)))
     if isinstance(annotation, type):
-        return annotation, False
+        return annotation
     raise TypeError(f"unsupported axis type {annotation!r}")

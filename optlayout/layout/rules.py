@@ -45,12 +45,6 @@ def pp_fits_layers(layers: int, pp: int) -> bool:
     return pp <= layers
 
 
-def grad_accum_fits(layout: Layout) -> bool:
-    """1F1B needs at least pp micro-batches; the interleaved schedule a multiple of pp."""
-    pp, ga = layout.pp, layout.grad_accum
-    return (pp == 1 or ga >= pp) and (layout.vp == 1 or ga % pp == 0)
-
-
 def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> list[str]:
     """Rules a layout must satisfy to run at all, independent of memory; empty when legal."""
     from optlayout.layout.model import GRID_AXES

@@ -49,7 +49,6 @@ class Problem:
         """The legal space in groups (see `LayoutGroup`)."""
         return enumerate_groups(self.model, self.job, self.topology.num_gpus, self.topology.domain_size, self.options)
 
-    def layouts(self, options: SpaceOptions | None = None) -> Iterator[Layout]:
-        """Every legal layout (under `options` when given, e.g. the oracle's every accumulation)."""
-        topo = self.topology
-        return enumerate_layouts(self.model, self.job, topo.num_gpus, topo.domain_size, options or self.options)
+    def layouts(self) -> Iterator[Layout]:
+        """Every legal layout."""
+        return enumerate_layouts(self.model, self.job, self.topology.num_gpus, self.topology.domain_size, self.options)
