@@ -6,13 +6,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, usable_memory_bytes
+from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
 from optlayout.errors import InputError
 from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
-from optlayout.solver.candidates import CostTable, Limits
+from optlayout.solver.candidates import Limits
 from optlayout.solver.cpsat import solve_top_k
-from optlayout.solver.space import SpaceOptions, enumerate_layouts
+from optlayout.solver.problem import Problem
+from optlayout.solver.space import SpaceOptions
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
 from optlayout.topology import Topology, topology_from_cluster
 
@@ -66,17 +67,16 @@ def predict_run(
     """
     job = run_job(record)
     topo = topology or topology_from_cluster(record.cluster)
-    table = CostTable(record.model, job, topo.gpu, topo, params)
     pins = _pins(record)
     options = SpaceOptions(pins=pins, max_micro_batch=max(16, int(pins.get("micro_batch", 1))), max_vp=32,
                            max_cp=max(64, int(pins.get("cp", 1))), allow_tp_beyond_domain=True)  # fmt: skip
-    layouts = list(enumerate_layouts(record.model, job, topo.num_gpus, topo.domain_size, options))
+    problem = Problem(record.model, job, topo, params, options)
+    layouts = list(problem.layouts())
     if not layouts:
         problems = _explain_illegal(record, job)
         raise InputError(f"run {record.id}: no legal layout matches the published fields ({problems})")
-    candidates = [table.candidate(lay) for lay in layouts]
-    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
-    result = solve_top_k(candidates, Limits(capacity))
+    candidates = [problem.table.candidate(lay) for lay in layouts]
+    result = solve_top_k(candidates, Limits(problem.capacity_bytes))
     if not result.ranked:
         result = solve_top_k(candidates, Limits(math.inf))
     best = result.ranked[0]
