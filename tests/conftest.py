@@ -13,7 +13,7 @@ from hypothesis import settings
 # CI explores the same examples every run (a red CI is then reproducible); local runs keep exploring.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
-    settings.load_calibration("ci")
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -184,3 +184,11 @@ def test_solve_reads_the_topology_file_once(tmp_path, capsys, monkeypatch) -> No
     code, _, err = run_main(capsys, monkeypatch, "solve", "--model", "llama3.1-70b", "--topology", topology, *args)
     assert code == 0, err
     assert reads == [topology]
+
+
+def test_the_run_record_format_states_every_searched_axis() -> None:
+    # the run-record format (shared/data/README.md) is a file format of its own: a new searched axis must be
+    # added to it on purpose; the accumulation is derived from the batch there
+    from optlayout.runs.records import LAYOUT_FIELDS
+
+    assert set(LAYOUT_FIELDS) == {a.name for a in SEARCHED_AXES} - {"grad_accum"}
