@@ -87,6 +87,7 @@ def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -
 
 def check_layout(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> None:
     """Raise a one-line OptlayoutError naming the first broken rule."""
+    model.require_dense("cost model", job.seq_len)
     problems = layout_problems(model, job, layout, gpus)
     if problems:
         raise OptlayoutError("layout: " + "; ".join(problems))
@@ -155,6 +156,7 @@ def evaluate(
     memo: dict | None = None,
 ) -> Evaluation:
     """Memory per GPU and step time of `layout` (assumed legal: see `check_layout`)."""
+    model.require_dense("cost model", job.seq_len)
     links = links or group_links(topology, layout)
     mem = memory_per_gpu(model, job, layout, params)
     counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)

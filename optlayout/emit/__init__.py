@@ -88,6 +88,7 @@ def emit(
         raise OptlayoutError(f"format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
     if overrides and key != "torchtitan":
         raise OptlayoutError("overrides: only the torchtitan format has CLI overrides")
+    model.require_dense("emit")
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if key == "torchtitan":
