@@ -296,7 +296,8 @@ class ModelSpec(_Spec):
             found.append("multi-token prediction")
         window = self.attention.sliding_window
         if window is not None and (seq_len is None or window < seq_len):
-            found.append(f"sliding-window attention (window {window}" + (f" < sequence {seq_len})" if seq_len else ")"))
+            shorter = f" < sequence {seq_len}" if seq_len else ""
+            found.append(f"sliding-window attention (window {window}{shorter})")
         return found
 
     def require_dense(self, what: str, seq_len: int | None = None) -> None:
@@ -388,8 +389,9 @@ class JobSpec(_Spec):
     @model_validator(mode="before")
     @classmethod
     def _optimizer_state(cls, data: object) -> object:
-        """Muon keeps one momentum buffer: fp32 master weights + momentum = 8 bytes/param (Jordan et al. 2024;
-        Liu et al. 2025, arXiv:2502.16982, half of AdamW's state), unless the bytes are given."""
+        """Muon keeps one momentum buffer to Adam's two (github.com/KellerJordan/Muon; DeepSpeed's Muon post on
+        pytorch.org): fp32 master weights + momentum = 8 bytes/param unless the bytes are given. Muon updates the
+        hidden 2-D weights; the embedding, head and norms keep Adam in practice (not modelled: 8 is a floor)."""
         if isinstance(data, dict) and data.get("optimizer") == "muon" and "optimizer_bytes_per_param" not in data:
             return data | {"optimizer_bytes_per_param": 8.0}
         return data

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +122,7 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         raise OptlayoutError("model-config: Grok-1 has no config class in transformers (xai-org/grok-1 ships JAX "
                              "code and run.py); use the grok-1 preset")  # fmt: skip
 
-    def pick(*keys: str, default: Any = None) -> Any:
-        for k in keys:
-            if cfg.get(k) is not None:
-                return cfg[k]
-        if default is None:
-            raise OptlayoutError(f"model-config: missing field {keys[0]!r}")
-        return default
-
+    pick = partial(_pick, cfg)
     hidden = pick("hidden_size", "n_embd", "d_model")
     heads = pick("num_attention_heads", "n_head", "n_heads")
     act = str(pick("hidden_act", "activation_function", default="silu")).lower()
@@ -137,7 +130,7 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
     if mlp is None:
         raise OptlayoutError(f"model-config: hidden_act {act!r} not understood (known: {', '.join(_HF_MLP)})")
     layers = pick("num_hidden_layers", "n_layer", "n_layers")
-    attention = _hf_attention(cfg, kind, layers)
+    attention = _hf_attention(cfg, kind)
     fields = {
         "name": cfg.get("_name_or_path") or label,
         "layers": layers,
@@ -150,7 +143,7 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "head_dim": None if attention.get("kind") == "mla" else cfg.get("head_dim"),
         "attention": attention,
-        "moe": _hf_moe(cfg, kind, layers, pick),
+        "moe": _hf_moe(cfg, kind, layers),
         "mtp_layers": cfg.get("num_nextn_predict_layers") or 0,
     }
     if kind == "gpt_oss":  # GptOssConfig: attention (attention_bias), router and experts carry biases
@@ -161,18 +154,28 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         raise OptlayoutError(describe_validation_error(exc, "model-config")) from None
 
 
+def _pick(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    """The first of `keys` the config sets; `default`, or a one-line error naming the first key."""
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    if default is None:
+        raise OptlayoutError(f"model-config: missing field {keys[0]!r}")
+    return default
+
+
 _HF_EXPERT_COUNT = ("n_routed_experts", "num_local_experts", "num_experts")  # DeepSeek; Mixtral, GPT-OSS, Llama 4; Qwen
 
 
-def _hf_moe(cfg: dict[str, Any], kind: str, layers: int, pick: Any) -> dict[str, Any] | None:
+def _hf_moe(cfg: dict[str, Any], kind: str, layers: int) -> dict[str, Any] | None:
     """The `moe` block of a ModelSpec from an MoE config class; None for a dense config."""
     experts = next((cfg[k] for k in _HF_EXPERT_COUNT if cfg.get(k)), None)
     if experts is None:
         return None
     moe: dict[str, Any] = {
         "experts": experts,
-        "top_k": pick("num_experts_per_tok", "experts_per_token"),
-        "expert_ffn": pick("moe_intermediate_size", "intermediate_size"),
+        "top_k": _pick(cfg, "num_experts_per_tok", "experts_per_token"),
+        "expert_ffn": _pick(cfg, "moe_intermediate_size", "intermediate_size"),
     }
     if cfg.get("n_shared_experts"):  # DeepseekV3Config: shared experts as wide as a routed one
         moe["shared_experts"] = cfg["n_shared_experts"]
@@ -206,13 +209,13 @@ def _hf_moe_layer_flags(cfg: dict[str, Any], layers: int) -> list[bool]:
     return [(i + 1) % step == 0 and i not in dense for i in range(layers)]
 
 
-def _hf_attention(cfg: dict[str, Any], kind: str, layers: int) -> dict[str, Any]:
+def _hf_attention(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
     """The `attention` block: multi-latent (DeepseekV3Config's LoRA ranks), sliding windows, GPT-OSS's sinks."""
     att: dict[str, Any] = {}
     if cfg.get("kv_lora_rank"):
         att = {"kind": "mla", "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],
-               "qk_head_dim": cfg.get("qk_nope_head_dim"), "qk_rope_head_dim": cfg.get("qk_rope_head_dim"),
-               "v_head_dim": cfg.get("v_head_dim")}  # fmt: skip
+               "qk_head_dim": _pick(cfg, "qk_nope_head_dim"), "qk_rope_head_dim": _pick(cfg, "qk_rope_head_dim"),
+               "v_head_dim": _pick(cfg, "v_head_dim")}  # fmt: skip
     window = cfg.get("sliding_window")
     types = cfg.get("layer_types")
     if window and isinstance(types, list) and "sliding_attention" in types:
