@@ -8,7 +8,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import OptlayoutError, describe_validation_error
 from optlayout.model import AttentionSpec, MoeSpec, parse_layer_freq
 from optlayout.presets import model_from_hf_config, model_names, model_preset, published_figures
 from optlayout.specs import JobSpec, ModelSpec
@@ -204,8 +204,6 @@ def test_bad_moe_shapes_name_the_field(change: dict, needle: str) -> None:
     base = model_from_hf_config(cfg).model_dump()
     with pytest.raises(pydantic.ValidationError) as info:
         ModelSpec(**(base | change))
-    from optlayout.errors import describe_validation_error
-
     message = describe_validation_error(info.value, "model")
     assert needle in message and "\n" not in message, message
 
@@ -257,8 +255,8 @@ def test_hf_config_imports_to_the_preset(config: str, preset: str) -> None:
 
 
 def test_hf_moe_layer_spellings() -> None:
-    scout = json.loads((HF / "llama4_maverick.json").read_text())
-    text = scout["text_config"] | {"moe_layers": list(range(1, 48, 2))}
+    maverick = json.loads((HF / "llama4_maverick.json").read_text())
+    text = maverick["text_config"] | {"moe_layers": list(range(1, 48, 2))}
     del text["interleave_moe_layer_step"]
     assert model_from_hf_config(text).moe_layer_flags == (False, True) * 24  # an explicit moe_layers list
     qwen = json.loads((HF / "qwen3_30b_a3b.json").read_text())
