@@ -139,13 +139,13 @@ class ModelSpec(_Spec):
         """Parameters of one attention block (projections, their biases, MLA's latent norms, sinks)."""
         h, att = self.hidden, self.attention
         if att.kind == "mla":
-            return self._mla_matmul_params + (att.q_lora_rank or 0) + att.kv_lora_rank  # type: ignore[operator]
+            return self._mla_matmul_param_count + (att.q_lora_rank or 0) + att.kv_lora_rank  # type: ignore[operator]
         weights = h * self.q_width * 2 + h * self.kv_width * 2  # q, o, k, v
         biases = (self.q_width + 2 * self.kv_width + h) if self.bias else 0
         return weights + biases + (self.heads if att.sinks else 0)
 
     @cached_property
-    def _mla_matmul_params(self) -> int:
+    def _mla_matmul_param_count(self) -> int:
         """MLA's projection matrices (DeepSeek-V3; Megatron's multi_latent_attention.py)."""
         h, att, n = self.hidden, self.attention, self.heads
         qk, rope, v, kv_rank = att.qk_head_dim, att.qk_rope_head_dim, att.v_head_dim, att.kv_lora_rank
@@ -154,10 +154,10 @@ class ModelSpec(_Spec):
         return query + h * (kv_rank + rope) + kv_rank * n * (qk + v) + n * v * h  # type: ignore[operator]
 
     @cached_property
-    def attention_matmul_params(self) -> int:
+    def attention_matmul_param_count(self) -> int:
         """Parameters of one attention block that take part in a matrix multiply (no norms, no sinks)."""
         if self.attention.kind == "mla":
-            return self._mla_matmul_params
+            return self._mla_matmul_param_count
         return self.attention_params - (self.heads if self.attention.sinks else 0)
 
     def _ffn_params(self, width: int) -> int:
@@ -171,17 +171,17 @@ class ModelSpec(_Spec):
         return self._ffn_params(self.ffn)
 
     @cached_property
-    def expert_params(self) -> int:
+    def expert_param_count(self) -> int:
         """Parameters of one routed expert (0 for a dense model)."""
         return self._ffn_params(self.moe.expert_ffn) if self.moe else 0
 
     @cached_property
-    def shared_expert_params(self) -> int:
+    def shared_expert_param_count(self) -> int:
         """Parameters of all shared experts of one MoE layer."""
         return self.moe.shared_experts * self._ffn_params(self.moe.shared_width) if self.moe else 0
 
     @cached_property
-    def router_params(self) -> int:
+    def router_param_count(self) -> int:
         """The router of one MoE layer: hidden x experts, plus a bias per expert."""
         if self.moe is None:
             return 0
@@ -198,19 +198,19 @@ class ModelSpec(_Spec):
         return self.attention_params + self.mlp_params + self.norm_params_per_layer
 
     @cached_property
-    def moe_layer_params(self) -> int:
+    def moe_layer_param_count(self) -> int:
         """Parameters of one MoE transformer block (all experts; 0 for a dense model)."""
         if self.moe is None:
             return 0
-        experts = self.moe.experts * self.expert_params + self.shared_expert_params + self.router_params
+        experts = self.moe.experts * self.expert_param_count + self.shared_expert_param_count + self.router_param_count
         return self.attention_params + experts + self.norm_params_per_layer
 
     @cached_property
-    def active_moe_layer_params(self) -> int:
+    def active_moe_layer_param_count(self) -> int:
         """Parameters of one MoE block a token uses: top_k routed experts, the shared ones, router, attention."""
         if self.moe is None:
             return 0
-        return self.moe_layer_params - (self.moe.experts - self.moe.top_k) * self.expert_params
+        return self.moe_layer_param_count - (self.moe.experts - self.moe.top_k) * self.expert_param_count
 
     @cached_property
     def moe_layer_flags(self) -> tuple[bool, ...]:
@@ -245,14 +245,14 @@ class ModelSpec(_Spec):
     def mtp_param_count(self) -> int:
         """Parameters of the multi-token-prediction modules, which share the embedding and output head: per
         module a transformer block, the 2h -> h projection and three norms (DeepSeek-V3 README_WEIGHTS.md)."""
-        block = self.moe_layer_params if self.mtp_block_is_moe else self.layer_params
+        block = self.moe_layer_param_count if self.mtp_block_is_moe else self.layer_params
         norms = 3 * self.hidden * (2 if self.bias else 1)
         return self.mtp_layers * (block + 2 * self.hidden * self.hidden + norms)
 
     @cached_property
     def params(self) -> int:
         """Total parameter count: everything trained and stored, MTP modules included."""
-        blocks = self.dense_layer_count * self.layer_params + self.moe_layer_count * self.moe_layer_params
+        blocks = self.dense_layer_count * self.layer_params + self.moe_layer_count * self.moe_layer_param_count
         return blocks + self.embedding_params + self.output_params + self.mtp_param_count
 
     @cached_property
@@ -260,11 +260,11 @@ class ModelSpec(_Spec):
         """Parameters one token uses in the model's forward pass: every dense parameter (embedding table, attention,
         norms, routers, dense FFNs, shared experts, output head) and top_k routed experts per MoE layer; the MTP
         modules, a training-time extra, are left out (as in every published count). Dense models: `params`."""
-        blocks = self.dense_layer_count * self.layer_params + self.moe_layer_count * self.active_moe_layer_params
+        blocks = self.dense_layer_count * self.layer_params + self.moe_layer_count * self.active_moe_layer_param_count
         return blocks + self.embedding_params + self.output_params
 
     @cached_property
-    def output_matmul_params(self) -> int:
+    def output_matmul_param_count(self) -> int:
         """Output-head parameters multiplied per token: once, and once more per MTP module (a shared head)."""
         return self.vocab * self.hidden * (1 + self.mtp_layers)
 
@@ -273,11 +273,12 @@ class ModelSpec(_Spec):
         """Parameters that take part in a matrix multiply per token (the N of 6N): all but lookups, norms, sinks and
         the MoE router (Megatron leaves the router out); of the experts only the top_k routed and the shared ones;
         MTP modules with their 2h -> h projection and their pass through the shared output head."""
-        moe_ffn = self.moe.top_k * self.expert_params + self.shared_expert_params if self.moe else 0
-        dense_block, moe_block = self.attention_matmul_params + self.mlp_params, self.attention_matmul_params + moe_ffn
+        moe_ffn = self.moe.top_k * self.expert_param_count + self.shared_expert_param_count if self.moe else 0
+        attention = self.attention_matmul_param_count
+        dense_block, moe_block = attention + self.mlp_params, attention + moe_ffn
         blocks = self.dense_layer_count * dense_block + self.moe_layer_count * moe_block
         mtp = self.mtp_layers * ((moe_block if self.mtp_block_is_moe else dense_block) + 2 * self.hidden * self.hidden)
-        return blocks + mtp + self.output_matmul_params
+        return blocks + mtp + self.output_matmul_param_count
 
     @cached_property
     def sliding_window_flags(self) -> tuple[bool, ...]:

@@ -94,7 +94,7 @@ def test_mla_and_mtp_match_the_reference_derivation() -> None:
     # one MLA layer: 1.12 GFLOP/token of projections (6 x 187.1M) and 0.50 of core attention at s = 4096
     per_layer_core = flops.attention_flops_per_token(no_mtp, 4096) / no_mtp.layers
     assert per_layer_core / 1e9 == pytest.approx(0.50, abs=0.005)
-    assert 6 * v3.attention_matmul_params / 1e9 == pytest.approx(1.12, abs=0.005)
+    assert 6 * v3.attention_matmul_param_count / 1e9 == pytest.approx(1.12, abs=0.005)
 
 
 def test_sliding_window_context_by_hand() -> None:

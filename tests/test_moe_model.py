@@ -35,7 +35,8 @@ def test_toy_moe_counts_by_hand() -> None:
     moe_layer = attention + 4 * expert + shared + router + 2 * 8
     ends = 10 * 8 + (10 * 8 + 8)  # embedding; output head + final norm
     assert m.moe_layer_flags == (False, True, True)
-    assert (m.attention_params, m.expert_params, m.shared_expert_params, m.router_params) == (192, 72, 120, 32)
+    assert (m.attention_params, m.expert_param_count, m.shared_expert_param_count) == (192, 72, 120)
+    assert m.router_param_count == 32
     assert m.params == dense + 2 * moe_layer + ends == 2056
     assert m.active_param_count == dense + 2 * (moe_layer - 2 * expert) + ends == 1768
     # matmul: attention + FFN of the dense layer, attention + 2 experts + the shared one per MoE layer, the head
@@ -44,21 +45,21 @@ def test_toy_moe_counts_by_hand() -> None:
 
 def test_toy_mtp_module_is_one_more_moe_block_projection_and_norms() -> None:
     base, mtp = toy(), toy(mtp_layers=1)
-    block = base.moe_layer_params  # the last layer is MoE, so is the MTP block
+    block = base.moe_layer_param_count  # the last layer is MoE, so is the MTP block
     assert mtp.mtp_param_count == block + 2 * 8 * 8 + 3 * 8
     assert mtp.params == base.params + mtp.mtp_param_count
     assert mtp.active_param_count == base.active_param_count  # published active counts leave MTP out
-    moe_block_matmul = base.attention_params + 2 * base.expert_params + base.shared_expert_params
+    moe_block_matmul = base.attention_params + 2 * base.expert_param_count + base.shared_expert_param_count
     assert mtp.matmul_params == base.matmul_params + moe_block_matmul + 2 * 8 * 8 + 10 * 8  # + one more head pass
 
 
 def test_toy_biases_follow_gpt_oss() -> None:
     m = toy(bias=True, attention={"sinks": True})
     assert m.attention_params == 192 + (8 + 2 * 4 + 8) + 2  # q/k/v/o biases, one sink per head
-    assert m.attention_matmul_params == 192 + 24  # sinks are not a matmul
-    assert m.expert_params == 72 + 2 * 3 + 8  # fc1 (gate + up) and fc2 biases
-    assert m.router_params == 32 + 4  # the router bias follows `bias` unless moe.router_bias says otherwise
-    assert toy(bias=True, moe=toy().moe.model_dump() | {"router_bias": False}).router_params == 32
+    assert m.attention_matmul_param_count == 192 + 24  # sinks are not a matmul
+    assert m.expert_param_count == 72 + 2 * 3 + 8  # fc1 (gate + up) and fc2 biases
+    assert m.router_param_count == 32 + 4  # the router bias follows `bias` unless moe.router_bias says otherwise
+    assert toy(bias=True, moe=toy().moe.model_dump() | {"router_bias": False}).router_param_count == 32
 
 
 def test_toy_mla_counts_by_hand() -> None:
@@ -67,11 +68,11 @@ def test_toy_mla_counts_by_hand() -> None:
     query = 16 * 4 + 4 * 2 * (5 + 2)  # down to rank 4, up to 2 heads x (5 + 2)
     key_value = 16 * (3 + 2) + 3 * 2 * (5 + 6)  # latent 3 + rotary key 2; up to keys (5) and values (6)
     out = 2 * 6 * 16
-    assert m.attention_matmul_params == query + key_value + out == 458
+    assert m.attention_matmul_param_count == query + key_value + out == 458
     assert m.attention_params == 458 + 4 + 3  # the two latent norms
     assert (m.head_size, m.q_width, m.value_width) == (7, 14, 12)
     plain = ModelSpec(**(m.model_dump() | {"attention": AttentionSpec(**(att | {"q_lora_rank": None}))}))
-    assert plain.attention_matmul_params == 16 * 2 * 7 + key_value + out  # no query compression
+    assert plain.attention_matmul_param_count == 16 * 2 * 7 + key_value + out  # no query compression
 
 
 def test_per_layer_counts_match_the_reference_table() -> None:
@@ -84,7 +85,7 @@ def test_per_layer_counts_match_the_reference_table() -> None:
     for name, (attention, expert) in table.items():
         m = model_preset(name)
         assert m.attention_params == pytest.approx(attention, rel=3e-3), name  # GPT-OSS: 26.55M with biases, sinks
-        assert m.expert_params == pytest.approx(expert, rel=3e-3), name
+        assert m.expert_param_count == pytest.approx(expert, rel=3e-3), name
 
 
 def test_dense_models_are_their_own_active_count() -> None:
@@ -110,8 +111,8 @@ def vision_encoder_params(vision: dict, text_hidden: int) -> int:
 def comparable_total(name: str) -> float:
     """The preset's count with what the published total leaves out removed and what it adds beyond the text model."""
     m, pub = model_preset(name), published_figures(name)
-    total = m.params - (m.mtp_param_count if pub.get("params_exclude_mtp") else 0)
-    if pub.get("params_include_vision_encoder"):
+    total = m.params - (m.mtp_param_count if pub.get("param_count_excludes_mtp") else 0)
+    if pub.get("param_count_includes_vision_encoder"):
         vision = json.loads((HF / "llama4_scout.json").read_text())["vision_config"]  # Scout and Maverick share it
         total += vision_encoder_params(vision, m.hidden)
     return total
@@ -140,15 +141,15 @@ ACTIVE_GAPS = {
 }
 
 
-@pytest.mark.parametrize("name", [n for n in MOE_PRESETS if "active_params" in published_figures(n)])
+@pytest.mark.parametrize("name", [n for n in MOE_PRESETS if "active_param_count" in published_figures(n)])
 def test_moe_preset_active_counts_against_published(name: str) -> None:
     m, published = model_preset(name), published_figures(name)
-    input_embedding = m.vocab * m.hidden if published.get("active_params_exclude_input_embedding") else 0
+    input_embedding = m.vocab * m.hidden if published.get("active_param_count_excludes_input_embedding") else 0
     active = m.active_param_count - input_embedding
-    label = published["active_params"] / 1e9
+    label = published["active_param_count"] / 1e9
     digits = len(f"{label:g}".partition(".")[2])  # "37" -> 0, "5.1" -> 1: the label's precision
     if name in ACTIVE_GAPS:
-        assert active / published["active_params"] - 1 == pytest.approx(ACTIVE_GAPS[name], abs=0.001)
+        assert active / published["active_param_count"] - 1 == pytest.approx(ACTIVE_GAPS[name], abs=0.001)
     else:
         assert round(active / 1e9, digits) == label
 

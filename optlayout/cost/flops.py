@@ -47,7 +47,7 @@ def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: Recomput
     base = model_flops_per_token(model, seq_len, causal)
     attn_fwd = attention_flops_per_token(model, seq_len, causal) / 3
     if recompute == Recompute.full:
-        layers_fwd = 2.0 * (model.matmul_params - model.output_matmul_params)
+        layers_fwd = 2.0 * (model.matmul_params - model.output_matmul_param_count)
         return base + layers_fwd + attn_fwd
     if recompute == Recompute.selective:
         return base + attn_fwd

@@ -77,7 +77,7 @@ def published_figures(name: str) -> dict[str, Any]:
     as floats: YAML 1.1 reads `671.0e9` as text)."""
     row = _model_table()[name]
     return {
-        k.removeprefix("published_"): float(v) if k.endswith("params") and v is not None else v
+        k.removeprefix("published_"): float(v) if k.endswith(("params", "param_count")) and v is not None else v
         for k, v in row.items()
         if k.startswith("published_")
     }
