@@ -9,9 +9,11 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
+from optlayout.errors import UnsupportedError
 from optlayout.layout.model import Layout, Recompute, Sharding
+from optlayout.model import AttentionSpec, MoeSpec
 
 __all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding"]
 
@@ -19,6 +21,8 @@ MlpKind = Literal["swiglu", "gelu", "relu2"]
 Precision = Literal["bf16", "fp16", "fp8"]
 GpuArch = Literal["ampere", "hopper", "blackwell", "cdna3", "other"]
 AttentionKernel = Literal["flash", "flash2", "naive"]
+Optimizer = Literal["adam", "muon"]
+MoeRouting = Literal["balanced"]
 HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
 
 
@@ -27,33 +31,73 @@ class _Spec(BaseModel):
 
 
 class ModelSpec(_Spec):
-    """A dense decoder-only transformer, by shape. Parameter count is derived, never given."""
+    """A decoder-only transformer, by shape: dense, or mixture-of-experts (`moe`) with GQA or multi-latent
+    attention (`attention`) and multi-token-prediction modules (`mtp_layers`). Parameter counts are derived,
+    never given."""
 
     name: str = "custom"
     layers: PositiveInt
     hidden: PositiveInt
-    ffn: PositiveInt
+    ffn: PositiveInt = Field(description="FFN width of a dense layer (an MoE model's dense layers, if any)")
     heads: PositiveInt
     kv_heads: PositiveInt
     vocab: PositiveInt
     mlp: MlpKind = "swiglu"
     tied_embeddings: bool = False
     head_dim: PositiveInt | None = None
-    bias: bool = Field(False, description="linear layers and layer norms carry biases (GPT-2/3 style)")
+    bias: bool = Field(False, description="linear layers and layer norms carry biases (GPT-2/3 style; GPT-OSS)")
     position_embeddings: int = Field(0, ge=0, description="learned absolute positions (0 = rotary)")
+    attention: AttentionSpec = AttentionSpec()
+    moe: MoeSpec | None = Field(None, description="mixture-of-experts layers; None: a dense model")
+    mtp_layers: NonNegativeInt = Field(0, description="multi-token-prediction modules after the last layer")
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelSpec:
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-        if self.head_dim is None and self.hidden % self.heads:
+        mla = self.attention.kind == "mla"
+        if self.head_dim is None and self.hidden % self.heads and not mla:
             raise ValueError(
                 f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) unless head_dim is given"
             )
+        if mla:
+            self._check_mla()
+        windows = self.attention.sliding_window_layers
+        if isinstance(windows, tuple) and len(windows) != self.layers:
+            raise ValueError(f"attention.sliding_window_layers has {len(windows)} flags for {self.layers} layers")
+        if self.moe is not None:
+            self._check_moe(self.moe)
         return self
+
+    def _check_mla(self) -> None:
+        att = self.attention
+        if self.head_dim is not None:
+            raise ValueError("head_dim: not used with multi-latent attention (give attention.qk_head_dim, "
+                             "qk_rope_head_dim, v_head_dim)")  # fmt: skip
+        if self.kv_heads != self.heads:
+            raise ValueError(f"kv_heads ({self.kv_heads}) must equal heads ({self.heads}) with multi-latent attention")
+        if self.bias:
+            raise ValueError("bias: not supported with multi-latent attention")
+        for field in ("q_lora_rank", "kv_lora_rank"):
+            rank = getattr(att, field)
+            if rank is not None and rank >= self.hidden:
+                raise ValueError(f"attention.{field} ({rank}) must be below hidden ({self.hidden}): a compression")
+
+    def _check_moe(self, moe: MoeSpec) -> None:
+        if isinstance(moe.layer_freq, tuple):
+            if len(moe.layer_freq) != self.layers:
+                raise ValueError(f"moe.layer_freq has {len(moe.layer_freq)} flags for {self.layers} layers")
+        elif moe.dense_layers >= self.layers:
+            raise ValueError(f"moe.dense_layers ({moe.dense_layers}) leaves no MoE layer of {self.layers}")
+        if not any(moe.layer_flags(self.layers)):
+            raise ValueError("moe: no layer is an MoE layer")
 
     @cached_property
     def head_size(self) -> int:
+        """Per-head query/key size (MLA: the no-position part plus the rotary part)."""
+        att = self.attention
+        if att.kind == "mla":
+            return att.qk_head_dim + att.qk_rope_head_dim  # type: ignore[operator]  # set for mla
         return self.head_dim or self.hidden // self.heads
 
     @cached_property
@@ -66,21 +110,69 @@ class ModelSpec(_Spec):
         return self.kv_heads * self.head_size
 
     @cached_property
+    def value_width(self) -> int:
+        """Width of the attention's value output fed to the output projection (MLA: heads x v_head_dim)."""
+        if self.attention.kind == "mla":
+            return self.heads * self.attention.v_head_dim  # type: ignore[operator]  # set for mla
+        return self.q_width
+
+    @cached_property
     def mlp_matrices(self) -> int:
         return 3 if self.mlp == "swiglu" else 2
 
     @cached_property
     def attention_param_count(self) -> int:
-        h = self.hidden
+        """Parameters of one attention block (projections, their biases, MLA's latent norms, sinks)."""
+        h, att = self.hidden, self.attention
+        if att.kind == "mla":
+            return self._mla_matmul_param_count + (att.q_lora_rank or 0) + att.kv_lora_rank  # type: ignore[operator]
         weights = h * self.q_width * 2 + h * self.kv_width * 2  # q, o, k, v
         biases = (self.q_width + 2 * self.kv_width + h) if self.bias else 0
+        return weights + biases + (self.heads if att.sinks else 0)
+
+    @cached_property
+    def _mla_matmul_param_count(self) -> int:
+        """MLA's projection matrices (DeepSeek-V3; Megatron's multi_latent_attention.py)."""
+        h, att, n = self.hidden, self.attention, self.heads
+        qk, rope, v, kv_rank = att.qk_head_dim, att.qk_rope_head_dim, att.v_head_dim, att.kv_lora_rank
+        q_rank = att.q_lora_rank
+        query = h * q_rank + q_rank * n * (qk + rope) if q_rank else h * n * (qk + rope)  # type: ignore[operator]
+        return query + h * (kv_rank + rope) + kv_rank * n * (qk + v) + n * v * h  # type: ignore[operator]
+
+    @cached_property
+    def attention_matmul_param_count(self) -> int:
+        """Parameters of one attention block that take part in a matrix multiply (no norms, no sinks)."""
+        if self.attention.kind == "mla":
+            return self._mla_matmul_param_count
+        return self.attention_param_count - (self.heads if self.attention.sinks else 0)
+
+    def _ffn_param_count(self, width: int) -> int:
+        weights = self.mlp_matrices * self.hidden * width
+        biases = (width * (self.mlp_matrices - 1) + self.hidden) if self.bias else 0
         return weights + biases
 
     @cached_property
     def mlp_param_count(self) -> int:
-        weights = self.mlp_matrices * self.hidden * self.ffn
-        biases = (self.ffn * (self.mlp_matrices - 1) + self.hidden) if self.bias else 0
-        return weights + biases
+        """Parameters of one dense FFN (width `ffn`)."""
+        return self._ffn_param_count(self.ffn)
+
+    @cached_property
+    def expert_param_count(self) -> int:
+        """Parameters of one routed expert (0 for a dense model)."""
+        return self._ffn_param_count(self.moe.expert_ffn) if self.moe else 0
+
+    @cached_property
+    def shared_expert_param_count(self) -> int:
+        """Parameters of all shared experts of one MoE layer."""
+        return self.moe.shared_experts * self._ffn_param_count(self.moe.shared_width) if self.moe else 0
+
+    @cached_property
+    def router_param_count(self) -> int:
+        """The router of one MoE layer: hidden x experts, plus a bias per expert."""
+        if self.moe is None:
+            return 0
+        bias = self.bias if self.moe.router_bias is None else self.moe.router_bias
+        return self.hidden * self.moe.experts + (self.moe.experts if bias else 0)
 
     @cached_property
     def norm_param_count_per_layer(self) -> int:
@@ -88,8 +180,36 @@ class ModelSpec(_Spec):
 
     @cached_property
     def layer_param_count(self) -> int:
-        """Parameters of one transformer block."""
+        """Parameters of one dense transformer block."""
         return self.attention_param_count + self.mlp_param_count + self.norm_param_count_per_layer
+
+    @cached_property
+    def moe_layer_param_count(self) -> int:
+        """Parameters of one MoE transformer block (all experts; 0 for a dense model)."""
+        if self.moe is None:
+            return 0
+        experts = self.moe.experts * self.expert_param_count + self.shared_expert_param_count + self.router_param_count
+        return self.attention_param_count + experts + self.norm_param_count_per_layer
+
+    @cached_property
+    def active_moe_layer_param_count(self) -> int:
+        """Parameters of one MoE block a token uses: top_k routed experts, the shared ones, router, attention."""
+        if self.moe is None:
+            return 0
+        return self.moe_layer_param_count - (self.moe.experts - self.moe.top_k) * self.expert_param_count
+
+    @cached_property
+    def moe_layer_flags(self) -> tuple[bool, ...]:
+        """For each layer (0-based), whether it is an MoE layer."""
+        return self.moe.layer_flags(self.layers) if self.moe else (False,) * self.layers
+
+    @cached_property
+    def moe_layer_count(self) -> int:
+        return sum(self.moe_layer_flags)
+
+    @cached_property
+    def dense_layer_count(self) -> int:
+        return self.layers - self.moe_layer_count
 
     @cached_property
     def embedding_param_count(self) -> int:
@@ -103,15 +223,76 @@ class ModelSpec(_Spec):
         return (0 if self.tied_embeddings else self.vocab * self.hidden) + final_norm
 
     @cached_property
+    def mtp_block_is_moe(self) -> bool:
+        """An MTP module repeats the last layer's kind (Megatron's FLOPs count and DeepSeek-V3)."""
+        return self.moe_layer_flags[-1]
+
+    @cached_property
+    def mtp_param_count(self) -> int:
+        """Parameters of the multi-token-prediction modules, which share the embedding and output head: per
+        module a transformer block, the 2h -> h projection and three norms (DeepSeek-V3 README_WEIGHTS.md)."""
+        block = self.moe_layer_param_count if self.mtp_block_is_moe else self.layer_param_count
+        norms = 3 * self.hidden * (2 if self.bias else 1)
+        return self.mtp_layers * (block + 2 * self.hidden * self.hidden + norms)
+
+    @cached_property
     def param_count(self) -> int:
-        """Total parameter count."""
-        return self.layers * self.layer_param_count + self.embedding_param_count + self.output_param_count
+        """Total parameter count: everything trained and stored, MTP modules included."""
+        blocks = self.dense_layer_count * self.layer_param_count + self.moe_layer_count * self.moe_layer_param_count
+        return blocks + self.embedding_param_count + self.output_param_count + self.mtp_param_count
+
+    @cached_property
+    def active_param_count(self) -> int:
+        """Parameters one token uses in the model's forward pass: every dense parameter (embedding table, attention,
+        norms, routers, dense FFNs, shared experts, output head) and top_k routed experts per MoE layer; the MTP
+        modules, a training-time extra, are left out (as in every published count). Dense models: `param_count`."""
+        moe_blocks = self.moe_layer_count * self.active_moe_layer_param_count
+        blocks = self.dense_layer_count * self.layer_param_count + moe_blocks
+        return blocks + self.embedding_param_count + self.output_param_count
+
+    @cached_property
+    def output_matmul_param_count(self) -> int:
+        """Output-head parameters multiplied per token: once, and once more per MTP module (a shared head)."""
+        return self.vocab * self.hidden * (1 + self.mtp_layers)
 
     @cached_property
     def matmul_param_count(self) -> int:
-        """Parameters that take part in a matrix multiply per token (the N of 6N): all but lookups and norms."""
-        blocks = self.layers * (self.attention_param_count + self.mlp_param_count)
-        return blocks + self.vocab * self.hidden
+        """Parameters that take part in a matrix multiply per token (the N of 6N): all but lookups, norms, sinks and
+        the MoE router (Megatron leaves the router out); of the experts only the top_k routed and the shared ones;
+        MTP modules with their 2h -> h projection and their pass through the shared output head."""
+        moe_ffn = self.moe.top_k * self.expert_param_count + self.shared_expert_param_count if self.moe else 0
+        attention = self.attention_matmul_param_count
+        dense_block, moe_block = attention + self.mlp_param_count, attention + moe_ffn
+        blocks = self.dense_layer_count * dense_block + self.moe_layer_count * moe_block
+        mtp = self.mtp_layers * ((moe_block if self.mtp_block_is_moe else dense_block) + 2 * self.hidden * self.hidden)
+        return blocks + mtp + self.output_matmul_param_count
+
+    @cached_property
+    def sliding_window_flags(self) -> tuple[bool, ...]:
+        """For each layer (0-based), whether it attends through a sliding window."""
+        return self.attention.sliding_flags(self.layers)
+
+    def beyond_dense(self, seq_len: int | None = None) -> list[str]:
+        """What this shape has that the dense-transformer memory and step-time model and the launchers do not
+        handle yet (empty: nothing). A sliding window counts when shorter than `seq_len` (None: always)."""
+        found = []
+        if self.moe is not None:
+            found.append("expert parallelism (mixture-of-experts layers)")
+        if self.attention.kind == "mla":
+            found.append("multi-latent attention")
+        if self.mtp_layers:
+            found.append("multi-token prediction")
+        window = self.attention.sliding_window
+        if window is not None and (seq_len is None or window < seq_len):
+            shorter = f" < sequence {seq_len}" if seq_len else ""
+            found.append(f"sliding-window attention (window {window}{shorter})")
+        return found
+
+    def require_dense(self, what: str, seq_len: int | None = None) -> None:
+        """Refuse, in one line naming `what`, a shape the dense code paths would silently mis-price."""
+        found = self.beyond_dense(seq_len)
+        if found:
+            raise UnsupportedError(f"{what}: {self.name}: not yet supported: {', '.join(found)}")
 
 
 class GpuSpec(_Spec):
@@ -132,8 +313,6 @@ class GpuSpec(_Spec):
     def peak_flops_for(self, precision: str) -> float:
         if precision not in self.peak_flops or self.peak_flops[precision] <= 0:
             known = ", ".join(sorted(self.peak_flops))
-            from optlayout.errors import UnsupportedError
-
             raise UnsupportedError(f"precision: {self.name} has no dense {precision} peak (known: {known})")
         return self.peak_flops[precision]
 
@@ -176,8 +355,9 @@ class JobSpec(_Spec):
     min_global_batch: PositiveInt | None = None
     max_global_batch: PositiveInt | None = None
     precision: Precision = "bf16"
+    optimizer: Optimizer = Field("adam", description="adam: two moments; muon: one momentum buffer")
     optimizer_bytes_per_param: float = Field(
-        12.0, ge=0, description="fp32 master weights, momentum, variance (mixed-precision Adam)"
+        12.0, ge=0, description="fp32 master weights, momentum, variance (mixed-precision Adam); muon's default: 8"
     )
     weight_bytes_per_param: float = Field(2.0, gt=0, description="bf16 working weights")
     grad_bytes_per_param: float = Field(2.0, gt=0, description="bf16 gradients")
@@ -190,6 +370,19 @@ class JobSpec(_Spec):
         "FlashAttention-3 on Hopper and newer); flash2: FlashAttention-2 (or an Ampere-era Triton kernel) on any GPU; "
         "naive: softmax materialized",
     )
+    moe_routing: MoeRouting | None = Field(
+        None, description="balanced: tokens forced uniform over the experts, dropless (benchmarks); None: real routing"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _optimizer_state(cls, data: object) -> object:
+        """Muon keeps one momentum buffer to Adam's two (github.com/KellerJordan/Muon; DeepSpeed's Muon post on
+        pytorch.org): fp32 master weights + momentum = 8 bytes/param unless the bytes are given. Muon updates the
+        hidden 2-D weights; the embedding, head and norms keep Adam in practice (not modelled: 8 is a floor)."""
+        if isinstance(data, dict) and data.get("optimizer") == "muon" and "optimizer_bytes_per_param" not in data:
+            return data | {"optimizer_bytes_per_param": 8.0}
+        return data
 
     @model_validator(mode="after")
     def _check_batch(self) -> JobSpec:
@@ -216,3 +409,4 @@ class JobSpec(_Spec):
         if self.global_batch_tokens is not None:
             return self.global_batch_tokens // self.seq_len
         return None
+

@@ -107,6 +107,7 @@ def evaluate(
     memo: dict[tuple[object, ...], Any] | None = None,
 ) -> Evaluation:
     """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`)."""
+    model.require_dense("cost model", job.seq_len)
     links = links or group_links(topology, layout)
     mem = memory_per_gpu(model, job, layout, params)
     times = step_time(model, job, layout, gpu, links, params, max(mem.param_count_per_stage), memo)

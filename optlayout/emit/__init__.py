@@ -92,6 +92,7 @@ def emit(
         raise InputError("overrides: only the torchtitan format has CLI overrides")
     if key in ("megatron", "ranks"):
         check_costed_order(layout, order)
+    model.require_dense("emit")
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if key == "torchtitan":

@@ -81,7 +81,9 @@ def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -
 
 
 def check_layout(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> None:
-    """Raise a one-line InputError naming the broken rules."""
+    """Raise a one-line InputError naming the broken rules (UnsupportedError for a shape the cost model does not
+    price yet)."""
+    model.require_dense("cost model", job.seq_len)
     problems = layout_problems(model, job, layout, gpus)
     if problems:
         raise InputError("layout: " + "; ".join(problems))

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import yaml
 
-from optlayout.errors import InputError, UnsupportedError, describe_validation_error
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.specs import GpuSpec, ModelSpec
 
 _HERE = Path(__file__).parent
@@ -74,6 +74,17 @@ def published_param_count(name: str) -> tuple[float | None, bool]:
     return (float(value) if value is not None else None), bool(row.get("published_label_rounded", False))
 
 
+def published_figures(name: str) -> dict[str, Any]:
+    """Everything models.yaml records as published for a preset (its `published_*` keys, prefix dropped; counts
+    as floats: YAML 1.1 reads `671.0e9` as text)."""
+    row = _model_table()[name]
+    return {
+        k.removeprefix("published_"): float(v) if k.endswith("param_count") and v is not None else v
+        for k, v in row.items()
+        if k.startswith("published_")
+    }
+
+
 _HF_MLP = {
     "silu": "swiglu",
     "swiglu": "swiglu",
@@ -87,7 +98,12 @@ _HF_MLP = {
 
 
 def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None = None) -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face `config.json` (transformers v4 or v5 spellings, `text_config` nesting)."""
+    """Build a ModelSpec from a Hugging Face `config.json` (transformers v4 or v5 spellings, `text_config` nesting).
+
+    Dense configs, and the MoE config classes DeepseekV3Config (Kimi K2 too), Qwen3MoeConfig, GptOssConfig,
+    MixtralConfig and Llama4Config: experts, top-k, expert and shared-expert widths, which layers are MoE,
+    multi-latent attention, sliding windows, sinks and MTP modules. Llama 4's chunked attention is not modelled.
+    """
     if isinstance(source, dict):
         cfg, label = source, name or "hf-config"
     else:
@@ -103,38 +119,111 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         raise InputError("model-config: expected a JSON object")
     if "text_config" in cfg and "hidden_size" not in cfg:
         cfg = cfg["text_config"]
-    if any(k in cfg for k in ("num_local_experts", "n_routed_experts", "num_experts")):
-        raise UnsupportedError(
-            "model-config: mixture-of-experts models are not supported yet (dense transformers only)"
-        )
+    kind = str(cfg.get("model_type", "")).lower()
+    if "grok" in kind or any("grok" in str(a).lower() for a in cfg.get("architectures") or []):
+        raise InputError("model-config: Grok-1 has no config class in transformers (xai-org/grok-1 ships JAX "
+                             "code and run.py); use the grok-1 preset")  # fmt: skip
 
-    def pick(*keys: str, default: Any = None) -> Any:
-        for k in keys:
-            if cfg.get(k) is not None:
-                return cfg[k]
-        if default is None:
-            raise InputError(f"model-config: missing field {keys[0]!r}")
-        return default
-
+    pick = partial(_pick, cfg)
     hidden = pick("hidden_size", "n_embd", "d_model")
     heads = pick("num_attention_heads", "n_head", "n_heads")
     act = str(pick("hidden_act", "activation_function", default="silu")).lower()
     mlp = _HF_MLP.get(act)
     if mlp is None:
         raise InputError(f"model-config: hidden_act {act!r} not understood (known: {', '.join(_HF_MLP)})")
+    layers = pick("num_hidden_layers", "n_layer", "n_layers")
+    attention = _hf_attention(cfg, kind)
     fields = {
         "name": cfg.get("_name_or_path") or label,
-        "layers": pick("num_hidden_layers", "n_layer", "n_layers"),
+        "layers": layers,
         "hidden": hidden,
-        "ffn": pick("intermediate_size", "n_inner", "ffn_hidden_size", default=4 * hidden),
+        "ffn": pick("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size", default=4 * hidden),
         "heads": heads,
         "kv_heads": pick("num_key_value_heads", "num_query_groups", default=heads),
         "vocab": pick("vocab_size"),
         "mlp": mlp,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
-        "head_dim": cfg.get("head_dim"),
+        "head_dim": None if attention.get("kind") == "mla" else cfg.get("head_dim"),
+        "attention": attention,
+        "moe": _hf_moe(cfg, kind, layers),
+        "mtp_layers": cfg.get("num_nextn_predict_layers") or 0,
     }
+    if kind == "gpt_oss":  # GptOssConfig: attention (attention_bias), router and experts carry biases
+        fields["bias"] = bool(cfg.get("attention_bias", True))
     try:
         return ModelSpec(**fields)
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "model-config")) from None
+
+
+def _pick(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    """The first of `keys` the config sets; `default`, or a one-line error naming the first key."""
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    if default is None:
+        raise InputError(f"model-config: missing field {keys[0]!r}")
+    return default
+
+
+_HF_EXPERT_COUNT = ("n_routed_experts", "num_local_experts", "num_experts")  # DeepSeek; Mixtral, GPT-OSS, Llama 4; Qwen
+
+
+def _hf_moe(cfg: dict[str, Any], kind: str, layers: int) -> dict[str, Any] | None:
+    """The `moe` block of a ModelSpec from an MoE config class; None for a dense config."""
+    experts = next((cfg[k] for k in _HF_EXPERT_COUNT if cfg.get(k)), None)
+    if experts is None:
+        return None
+    moe: dict[str, Any] = {
+        "experts": experts,
+        "top_k": _pick(cfg, "num_experts_per_tok", "experts_per_token"),
+        "expert_ffn": _pick(cfg, "moe_intermediate_size", "intermediate_size"),
+    }
+    if cfg.get("n_shared_experts"):  # DeepseekV3Config: shared experts as wide as a routed one
+        moe["shared_experts"] = cfg["n_shared_experts"]
+    elif cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE style: one shared expert of its own width
+        moe |= {"shared_experts": 1, "shared_expert_ffn": cfg["shared_expert_intermediate_size"]}
+    elif kind.startswith("llama4"):  # Llama4TextMoe always adds one shared expert of intermediate_size
+        moe["shared_experts"] = 1
+    if "first_k_dense_replace" in cfg or "n_routed_experts" in cfg:  # DeepseekV3Config (+ remote code's freq)
+        moe["dense_layers"] = cfg.get("first_k_dense_replace") or 0
+        moe["layer_freq"] = cfg.get("moe_layer_freq") or 1
+        moe["router_bias"] = True  # DeepseekV3TopkRouter's e_score_correction_bias
+    else:
+        flags = _hf_moe_layer_flags(cfg, layers)
+        if not all(flags):
+            moe["layer_freq"] = [int(f) for f in flags]
+    if kind == "gpt_oss":
+        moe["router_bias"] = True  # GptOssTopKRouter has a bias
+    return moe
+
+
+def _hf_moe_layer_flags(cfg: dict[str, Any], layers: int) -> list[bool]:
+    """Which layers are MoE: Llama4TextConfig's moe_layers / interleave_moe_layer_step, Qwen3MoeConfig's
+    decoder_sparse_step (layer i when (i + 1) % step == 0) and mlp_only_layers; otherwise every layer."""
+    if cfg.get("moe_layers") is not None:
+        chosen = set(cfg["moe_layers"])
+        return [i in chosen for i in range(layers)]
+    if cfg.get("interleave_moe_layer_step"):
+        step = cfg["interleave_moe_layer_step"]
+        return [i in range(step - 1, layers, step) for i in range(layers)]
+    step, dense = cfg.get("decoder_sparse_step") or 1, set(cfg.get("mlp_only_layers") or [])
+    return [(i + 1) % step == 0 and i not in dense for i in range(layers)]
+
+
+def _hf_attention(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The `attention` block: multi-latent (DeepseekV3Config's LoRA ranks), sliding windows, GPT-OSS's sinks."""
+    att: dict[str, Any] = {}
+    if cfg.get("kv_lora_rank"):
+        att = {"kind": "mla", "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],
+               "qk_head_dim": _pick(cfg, "qk_nope_head_dim"), "qk_rope_head_dim": _pick(cfg, "qk_rope_head_dim"),
+               "v_head_dim": _pick(cfg, "v_head_dim")}  # fmt: skip
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if window and isinstance(types, list) and "sliding_attention" in types:
+        att |= {"sliding_window": window, "sliding_window_layers": [int(t == "sliding_attention") for t in types]}
+    elif window and cfg.get("use_sliding_window", True) and not isinstance(types, list):
+        att["sliding_window"] = window  # Mistral/Mixtral style: every layer (Qwen sets use_sliding_window false)
+    if kind == "gpt_oss":
+        att["sinks"] = True  # GptOssAttention has one learned sink per head
+    return att

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.presets import gpu_preset
-from optlayout.specs import AttentionKernel, ClusterSpec, ModelSpec, Precision
+from optlayout.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, MoeRouting, Optimizer, Precision
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "micro_batch", "sharding", "recompute", "sequence_parallel")
 
@@ -25,6 +25,8 @@ class RunJob(BaseModel):
     global_batch: int = Field(gt=0)
     precision: Precision = "bf16"
     attention_kernel: AttentionKernel | None = Field(None, description="flash | flash2 | naive; null = not stated")
+    moe_routing: MoeRouting | None = Field(None, description="balanced (forced uniform, dropless); null = real routing")
+    optimizer: Optimizer = "adam"
 
 
 # Frameworks that run an Ampere-era attention kernel (FlashAttention-2) on the GPUs listed (None: every GPU),
@@ -39,7 +41,8 @@ FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
 
 
 class RunLayout(BaseModel):
-    """A layout as published: any field may be null (not published)."""
+    """A layout as published: any field may be null (not published). `ep`/`etp` (expert parallel and expert
+    tensor parallel degrees) are read but are not layout axes yet: known()/unknown() cover LAYOUT_FIELDS."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -52,12 +55,14 @@ class RunLayout(BaseModel):
     sharding: str | None = None
     recompute: str | None = None
     sequence_parallel: bool | None = None
+    ep: int | None = Field(None, ge=1)
+    etp: int | None = Field(None, ge=1)
 
     def known(self) -> dict[str, Any]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        return {k: getattr(self, k) for k in LAYOUT_FIELDS if getattr(self, k) is not None}
 
     def unknown(self) -> list[str]:
-        return [k for k, v in self.model_dump().items() if v is None]
+        return [k for k in LAYOUT_FIELDS if getattr(self, k) is None]
 
 
 class Measured(BaseModel):
@@ -89,6 +94,13 @@ class RunRecord(BaseModel):
             if name in self.source.lower() and (archs is None or gpu_preset(self.cluster.gpu).arch in archs):
                 return "flash2", f"from the source: {why}"
         return "flash", "not stated: the GPU's native fused kernel"
+
+    def job_spec(self) -> JobSpec:
+        """The record's job as a JobSpec (the attention kernel as `attention_kernel()` decides)."""
+        job = self.job
+        return JobSpec(seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision,
+                       attention_kernel=self.attention_kernel()[0], moe_routing=job.moe_routing,
+                       optimizer=job.optimizer)  # fmt: skip
 
     @property
     def group_key(self) -> tuple[object, ...]:

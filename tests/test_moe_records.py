@@ -1,0 +1,107 @@
+"""MoE run records (`model.moe`, `model.attention`, `layout.ep`, `job.moe_routing`) read into the specs; the dense
+cost model and the launchers refuse an MoE shape in one line instead of pricing it as dense."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from optlayout.cost import DEFAULT_PARAMS, evaluate
+from optlayout.emit import emit
+from optlayout.errors import OptlayoutError, UnsupportedError
+from optlayout.layout import check_layout
+from optlayout.presets import gpu_preset, model_preset
+from optlayout.runs.records import read_runs
+from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
+from optlayout.topology import topology_from_cluster
+from tests.test_runs import _one_line_error
+
+RUNS = Path(__file__).parent / "fixtures" / "runs"
+MOE_RUNS = RUNS / "moe_runs.jsonl"  # six records copied from ../shared/data/calibration_runs_moe.jsonl
+
+
+def test_moe_records_read_into_the_specs() -> None:
+    records = {r.id: r for r in read_runs(MOE_RUNS)}
+    assert len(records) == 6
+    grok = records["dgxc-v24.11.1-grok1314b-bf16-512g-35a9aec"]
+    assert grok.model.moe.experts == 8 and grok.model.moe.top_k == 2 and grok.model.tied_embeddings
+    assert (grok.layout.tp, grok.layout.ep, grok.layout.etp) == (4, 8, 4)  # NeMo's expert TP defaults to TP
+    assert grok.job_spec().moe_routing is None  # dgxc does not say: real routing
+    proxy = records["dgxc-v24.11.1-grok1314b-fp8-8g-35a9aec"]
+    assert proxy.model.layers == 2 and proxy.model.moe_layer_count == 2  # the shortened proxy of the source
+    gpt = records["mb-26.08-pretrain-gb200-gptoss120b-mxfp8-64g-main"]
+    assert gpt.model.param_count == model_preset("gpt-oss-120b").param_count  # the record's shape is the preset's
+    assert gpt.model.attention.sinks and sum(gpt.model.sliding_window_flags) == 18 and gpt.model.bias
+    job = gpt.job_spec()
+    assert (job.moe_routing, job.optimizer, job.precision, job.seq_len) == ("balanced", "adam", "fp8", 4096)
+    qwen = records["mb-26.02.01-pretrain-h100-qwen330ba3b-fp8-16g-main"]
+    assert qwen.model.active_param_count == model_preset("qwen3-30b-a3b").active_param_count
+    assert (qwen.layout.pp, qwen.layout.vp, qwen.layout.ep) == (2, 12, 8)
+
+
+def test_expert_degrees_are_read_but_not_yet_layout_axes() -> None:
+    gpt = next(r for r in read_runs(MOE_RUNS) if r.id.startswith("mb-26.08"))
+    assert "ep" not in gpt.layout.known() and "ep" not in gpt.layout.unknown()
+    assert gpt.layout.unknown() == ["vp", "sharding", "recompute", "sequence_parallel"]
+
+
+def test_all_megatron_bridge_moe_records_load() -> None:
+    records = read_runs(RUNS / "megatron_bridge_moe.jsonl")
+    assert len(records) == 57 and all(r.job_spec().moe_routing == "balanced" for r in records)
+
+
+def test_record_optimizer_muon(tmp_path) -> None:
+    raw = json.loads(MOE_RUNS.read_text().splitlines()[0])
+    raw["job"]["optimizer"] = "muon"
+    path = tmp_path / "muon.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    assert read_runs(path)[0].job_spec().optimizer_bytes_per_param == 8.0
+
+
+def test_a_bad_moe_record_names_the_field(tmp_path) -> None:
+    raw = json.loads(MOE_RUNS.read_text().splitlines()[0])
+    raw["model"]["moe"]["top_k"] = 9
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    with pytest.raises(OptlayoutError, match=r"bad.jsonl line 1: model.moe: top_k \(9\) exceeds experts \(8\)"):
+        read_runs(path)
+
+
+# --- the dense cost model and launchers refuse ------------------------------------------------------------
+
+
+def test_compare_refuses_moe_records_in_one_line(cli) -> None:
+    _one_line_error(cli("compare", str(MOE_RUNS), "--no-rank"), "cost model", "not yet supported: expert parallelism")
+
+
+def test_solve_estimate_and_emit_refuse_an_moe_preset(cli) -> None:
+    solve = cli("solve", "--model", "qwen3-30b-a3b", "--cluster", "gpu=h100-sxm,gpus=16", "--seq-len", "4096",
+                "--global-batch", "1024")  # fmt: skip
+    _one_line_error(solve, "cost model: Qwen3-30B-A3B: not yet supported: expert parallelism")
+    estimate = cli("estimate", "--model", "deepseek-v3", "--cluster", "gpu=h100-sxm,gpus=256", "--layout",
+                   "tp=1,pp=16,dp=16,ga=16", "--seq-len", "4096", "--global-batch", "256")  # fmt: skip
+    _one_line_error(estimate, "expert parallelism", "multi-latent attention", "multi-token prediction")
+    emitted = cli("emit", "-f", "megatron", "--model", "gpt-oss-120b", "--layout", "tp=1,dp=8", "--seq-len", "4096")
+    _one_line_error(emitted, "emit: GPT-OSS 120B", "expert parallelism", "sliding-window attention (window 128)")
+
+
+def test_the_library_refuses_too() -> None:
+    model, job = model_preset("mixtral-8x7b"), JobSpec(seq_len=4096, global_batch=64)
+    layout = Layout(tp=8, dp=8, grad_accum=8)
+    topology = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=64))
+    for call in (
+        lambda: check_layout(model, job, layout, 64),
+        lambda: evaluate(model, job, layout, gpu_preset("h100-sxm"), topology, DEFAULT_PARAMS),
+        lambda: emit("torchtitan", model, job, layout),
+    ):
+        with pytest.raises(UnsupportedError, match="Mixtral 8x7B: not yet supported: expert parallelism"):
+            call()
+
+
+def test_a_window_longer_than_the_sequence_is_plain_causal_attention() -> None:
+    model = ModelSpec(**(model_preset("llama3-8b").model_dump() | {"attention": {"sliding_window": 4096}}))
+    assert model.beyond_dense(4096) == []
+    assert model.beyond_dense(8192) == ["sliding-window attention (window 4096 < sequence 8192)"]
+    check_layout(model, JobSpec(seq_len=4096, global_batch=8), Layout(tp=8, grad_accum=8), 8)  # costed as before
