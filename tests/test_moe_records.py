@@ -41,10 +41,15 @@ def test_moe_records_read_into_the_specs() -> None:
     assert (qwen.layout.pp, qwen.layout.vp, qwen.layout.ep) == (2, 12, 8)
 
 
-def test_expert_degrees_are_read_but_not_yet_layout_axes() -> None:
-    gpt = next(r for r in read_runs(MOE_RUNS) if r.id.startswith("mb-26.08"))
-    assert "ep" not in gpt.layout.known() and "ep" not in gpt.layout.unknown()
-    assert gpt.layout.unknown() == ["vp", "sharding", "recompute", "sequence_parallel"]
+def test_expert_degrees_are_layout_fields_of_moe_records_only() -> None:
+    records = read_runs(MOE_RUNS)
+    gpt = next(r for r in records if r.id.startswith("mb-26.08"))
+    assert gpt.layout.known()["ep"] == 64 and gpt.layout.known()["etp"] == 1
+    assert gpt.unknown_layout_fields() == ["vp", "sharding", "recompute", "sequence_parallel"]
+    unstated = gpt.model_copy(update={"layout": gpt.layout.model_copy(update={"etp": None})})
+    assert unstated.unknown_layout_fields() == ["vp", "etp", "sharding", "recompute", "sequence_parallel"]
+    dense = read_runs(RUNS / "runs.jsonl")[0]  # a dense record states no expert degrees: they are 1, not unknown
+    assert dense.layout.ep is None and not {"ep", "etp"} & set(dense.unknown_layout_fields())
 
 
 def test_all_megatron_bridge_moe_records_load() -> None:

@@ -3,16 +3,19 @@
 Bandwidth is the per-GPU, per-direction bandwidth the group gets from the topology graph (the links its
 collective crosses); the ring moves (n-1)/n of the buffer per GPU per pass (Patarasuk & Yuan 2009, NCCL's
 bus-bandwidth convention). Latency grows with log2(n), as NCCL's tree and NVLS algorithms do at scale.
+An all-to-all's link is its own (`Topology.dim_all_to_all_bandwidth_Bps`): the bytes per second at which the
+slowest member of the EP group scatters its whole buffer, its own share included.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Protocol
 
 from optlayout.layout.model import Layout
-from optlayout.layout.ranks import COSTED_ORDER, grid
+from optlayout.layout.ranks import COSTED_ORDER, expert_grid, grid
 
 
 class LinkSource(Protocol):
@@ -21,6 +24,10 @@ class LinkSource(Protocol):
     def dim_bandwidth_Bps(self, size: int, stride: int) -> float: ...
 
     def dim_latency_s(self, size: int, stride: int) -> float: ...
+
+    def dim_all_to_all_bandwidth_Bps(self, size: int, stride: int) -> float: ...
+
+    def dim_all_to_all_latency_s(self, size: int, stride: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -40,11 +47,14 @@ class GroupLinks:
     cp: Link
     dp_cp: Link  # gradient reduction and optimizer sharding run over dp x cp
     pp: Link  # a pair of neighbouring stages
+    ep: Link = Link(1, math.inf, 0.0)  # the expert-parallel group's all-to-all (token dispatch and combine)
+    etp: Link = Link(1, math.inf, 0.0)  # the expert-tensor-parallel group (gathers of the routed tokens)
+    edp: Link = Link(1, math.inf, 0.0)  # the expert-data-parallel group (expert gradients and optimizer sharding)
 
 
 def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
-    """Place the layout's groups in `COSTED_ORDER` (Megatron's tp-cp-ep-dp-pp: TP fastest, then CP, DP, PP)
-    and read their links."""
+    """Place the layout's groups in `COSTED_ORDER` (Megatron's tp-cp-ep-dp-pp: TP fastest, then CP, DP, PP),
+    the expert groups in its expert grid (expert-TP fastest, then EP, expert-DP, PP), and read their links."""
 
     def link(size: int, stride: int) -> Link:
         if size <= 1:
@@ -53,9 +63,18 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
 
     ranks = grid(layout, COSTED_ORDER)
     pair = link(2, ranks.stride("pp")) if layout.pp > 1 else link(1, 1)
-    return GroupLinks(
+    links = GroupLinks(
         tp=link(*ranks.span(["tp"])), cp=link(*ranks.span(["cp"])), dp_cp=link(*ranks.span(["dp", "cp"])), pp=pair
     )
+    if layout.ep * layout.etp == 1:
+        return links
+    experts = expert_grid(layout, COSTED_ORDER)
+    size, stride = experts.span(["ep"])
+    a2a = Link(1, math.inf, 0.0)
+    if size > 1:
+        a2a = Link(size, topology.dim_all_to_all_bandwidth_Bps(size, stride), topology.dim_all_to_all_latency_s(size,
+                   stride))  # fmt: skip
+    return dataclasses.replace(links, ep=a2a, etp=link(*experts.span(["tp"])), edp=link(*experts.span(["dp"])))
 
 
 def _latency(link: Link, passes: int) -> float:
@@ -79,6 +98,13 @@ def all_gather_s(buffer_bytes: float, link: Link, efficiency: float) -> float:
 
 
 reduce_scatter_s = all_gather_s
+
+
+def all_to_all_s(buffer_bytes: float, link: Link, efficiency: float) -> float:
+    """All-to-all in which every member scatters `buffer_bytes` evenly over the group (its own share included)."""
+    if link.size <= 1 or buffer_bytes <= 0:
+        return 0.0
+    return buffer_bytes / (link.bandwidth_Bps * efficiency) + link.latency_s
 
 
 def p2p_s(message_bytes: float, link: Link, efficiency: float) -> float:

@@ -23,8 +23,9 @@ _FALSE = ("false", "0", "no", "off")
 
 MEGATRON_ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
 """Megatron-Core's rank orders (`parallel_state.py`, `RankGenerator`; the second with
-`--use-tp-pp-dp-mapping`), first token fastest. A token that is not (yet) a Layout axis has size 1: `ep`
-until expert parallelism is modelled."""
+`--use-tp-pp-dp-mapping`), first token fastest. Megatron builds two generators over the same GPUs and the same
+order string: the dense (attention) grid with `ep` of size 1, and the expert grid with `tp` = expert-TP,
+`ep` = EP, `dp` = expert-DP and `cp` of size 1 (moe.md section 1.4)."""
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,10 @@ class Axis:
     """What a Layout field is, beyond its type and default (which pydantic holds).
 
     key: the short text key (`tp`, `mb`, `sp`); the field name is accepted too, with `aliases`.
-    grid: a dimension of the rank grid: its degree multiplies the GPUs and it has a place in
+    grid: a dimension of the (dense) rank grid: its degree multiplies the GPUs and it has a place in
       `MEGATRON_ORDERS`.
+    expert_token: the token it takes in Megatron's expert rank grid (`tp` for expert-TP, `ep`, `pp`); the
+      expert grid's `dp` (expert-DP) is what the GPUs leave. Empty: not in the expert grid.
     splits_model: a model-parallel degree (counts as machinery in the solver's simplicity order).
     searched: the space enumerates it and `--pin/--max/--exclude` apply; False for what the stage split
       derives (`first`/`last`).
@@ -47,6 +50,7 @@ class Axis:
     aliases: tuple[str, ...] = ()
     label: str = ""  # column header in reports; the key when empty
     grid: bool = False
+    expert_token: str = ""
     splits_model: bool = False
     searched: bool = True
     shown: Shown = "always"
@@ -114,6 +118,8 @@ def declared_axes(layout_type: type[Layout]) -> tuple[Axis, ...]:
     for axis in out:
         if axis.grid and axis.key not in grid_tokens:
             raise TypeError(f"Layout.{axis.name} is a grid axis but has no place in Megatron's rank order")
+        if axis.expert_token and axis.expert_token not in grid_tokens - {"cp", "dp"}:
+            raise TypeError(f"Layout.{axis.name}: expert token {axis.expert_token!r} has no place in the expert grid")
     return tuple(out)
 
 

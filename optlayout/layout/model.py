@@ -38,7 +38,8 @@ class Layout(BaseModel):
         PositiveInt, Axis("tp", "tensor-parallel degree", grid=True, splits_model=True, checkpoint="reshards")
     ] = 1
     pp: Annotated[
-        PositiveInt, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")
+        PositiveInt,
+        Axis("pp", "pipeline stages", grid=True, expert_token="pp", splits_model=True, checkpoint="reshards"),
     ] = 1
     vp: Annotated[
         PositiveInt,
@@ -49,6 +50,16 @@ class Layout(BaseModel):
         Axis("cp", "context-parallel degree", grid=True, splits_model=True, checkpoint="reshards_if_sharded"),
     ] = 1
     dp: Annotated[PositiveInt, Axis("dp", "data-parallel degree", grid=True, checkpoint="reshards_if_sharded")] = 1
+    ep: Annotated[
+        PositiveInt,
+        Axis("ep", "expert-parallel degree (MoE; folded over tp x cp x dp)", aliases=("expert_parallel",),
+             expert_token="ep", splits_model=True, shown="not_default", checkpoint="reshards"),
+    ] = 1  # fmt: skip
+    etp: Annotated[
+        PositiveInt,
+        Axis("etp", "expert tensor-parallel degree (MoE)", aliases=("expert_tensor_parallel",), expert_token="tp",
+             splits_model=True, shown="not_default", checkpoint="reshards"),
+    ] = 1  # fmt: skip
     micro_batch: Annotated[PositiveInt, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
     grad_accum: Annotated[PositiveInt, Axis("ga", "micro-batches per step", label="grad accum")] = 1
     sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = (
@@ -82,6 +93,11 @@ class Layout(BaseModel):
         return prod(getattr(self, a.name) for a in GRID_AXES)
 
     @property
+    def edp(self) -> int:
+        """Expert-data-parallel degree: the GPUs over the expert grid's etp x ep x pp (Megatron's EDP)."""
+        return self.gpus // int(prod(getattr(self, a.name) for a in EXPERT_GRID_AXES))
+
+    @property
     def global_batch(self) -> int:
         return self.micro_batch * self.grad_accum * self.dp
 
@@ -96,5 +112,7 @@ AXES = declared_axes(Layout)
 """Every axis of a layout, in field order."""
 GRID_AXES = tuple(a for a in AXES if a.grid)
 """The rank-grid axes (their degrees multiply the GPUs), in field order: tp, pp, cp, dp."""
+EXPERT_GRID_AXES = tuple(a for a in AXES if a.expert_token)
+"""The axes placed in the expert rank grid (its expert-DP is what the GPUs leave): pp, ep, etp."""
 SEARCHED_AXES = tuple(a for a in AXES if a.searched)
 """The axes the space enumerates and pins name."""

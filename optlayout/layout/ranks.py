@@ -5,6 +5,11 @@ Megatron-Core (`parallel_state.py`, `RankGenerator`) numbers ranks over an order
 puts TP on consecutive ranks, so with ranks 0..7 on node 0 a TP group of at most one node stays on NVLink.
 `--use-tp-pp-dp-mapping` switches to `tp-cp-ep-pp-dp`. torchrun gives `RANK = GROUP_RANK * nproc + LOCAL_RANK`.
 
+Mixture-of-experts layouts have a second grid over the same GPUs and the same order string (Megatron-Core's
+expert `RankGenerator`, moe.md section 1.4): `tp` is expert-TP (etp), `ep` the expert-parallel degree, `dp` the
+expert-DP (edp = GPUs / (etp x ep x pp)), `cp` of size 1. `expert_grid`/`expert_rank_map` build it; an EP group is
+then ep ranks at stride etp inside one pipeline stage, folded over that stage's tp x cp x dp ranks.
+
 One implementation for the cost model (which groups' links it prices), the launchers (rank maps, meshes)
 and the reports (placement on the topology).
 """
@@ -18,7 +23,7 @@ from typing import Any
 
 from optlayout.errors import InputError, UnsupportedError
 from optlayout.layout.axes import MEGATRON_ORDERS
-from optlayout.layout.model import GRID_AXES, Layout
+from optlayout.layout.model import EXPERT_GRID_AXES, GRID_AXES, Layout
 
 ORDERS = MEGATRON_ORDERS
 DEFAULT_ORDER = ORDERS[0]
@@ -28,12 +33,14 @@ COSTED_ORDER = DEFAULT_ORDER
 
 @dataclass(frozen=True)
 class RankMap:
-    """Global ranks laid over nodes and parallel groups."""
+    """Global ranks laid over nodes and parallel groups: the dense grid, or with `expert` the expert grid (whose
+    `tp`, `ep`, `dp` tokens are expert-TP, EP and expert-DP)."""
 
     sizes: dict[str, int]
     order: str = DEFAULT_ORDER
     gpus_per_node: int = 8
     hostnames: tuple[str, ...] | None = None
+    expert: bool = False
 
     @property
     def tokens(self) -> list[str]:
@@ -41,8 +48,9 @@ class RankMap:
 
     @property
     def grid_dims(self) -> list[str]:
-        """The tokens that are Layout axes, in rank order (first fastest)."""
-        axes = {a.key for a in GRID_AXES}
+        """The tokens that are dimensions of this grid, in rank order (first fastest): the Layout's grid axes
+        (tp, cp, dp, pp) for the dense grid; tp (expert-TP), ep, dp (expert-DP), pp for the expert grid."""
+        axes = {"tp", "ep", "dp", "pp"} if self.expert else {a.key for a in GRID_AXES}
         return [t for t in self.tokens if t in axes]
 
     @property
@@ -150,7 +158,7 @@ class RankMap:
             "num_nodes": self.num_nodes,
             "sizes": dict(self.sizes),
             "ranks": self.entries(),
-            "groups": {d: self.groups(d) for d in (*self.grid_dims, "dp-cp")},
+            "groups": {d: self.groups(d) for d in (*self.grid_dims, "tp-ep" if self.expert else "dp-cp")},
         }
 
     def _dims(self, dims: str | Sequence[str]) -> set[str]:
@@ -185,10 +193,21 @@ def grid_sizes(layout: Layout, order: str = DEFAULT_ORDER) -> dict[str, int]:
     return {t: degrees.get(t, 1) for t in check_order(order).split("-")}
 
 
+def expert_grid_sizes(layout: Layout, order: str = DEFAULT_ORDER) -> dict[str, int]:
+    """Size of every token of `order` in the layout's expert grid: tp = etp, ep = ep, dp = edp, pp = pp, cp = 1."""
+    degrees = {a.expert_token: getattr(layout, a.name) for a in EXPERT_GRID_AXES} | {"dp": layout.edp}
+    return {t: degrees.get(t, 1) for t in check_order(order).split("-")}
+
+
 def grid(layout: Layout, order: str = DEFAULT_ORDER, gpus_per_node: int | None = None) -> RankMap:
     """The layout's rank grid in `order` (one node holding the world unless `gpus_per_node` is given); no
     check that the world fills whole nodes (a layout may leave GPUs idle)."""
     return RankMap(grid_sizes(layout, order), order, gpus_per_node or layout.gpus)
+
+
+def expert_grid(layout: Layout, order: str = DEFAULT_ORDER, gpus_per_node: int | None = None) -> RankMap:
+    """The layout's expert rank grid in `order` (see `grid`)."""
+    return RankMap(expert_grid_sizes(layout, order), order, gpus_per_node or layout.gpus, expert=True)
 
 
 def rank_map(
@@ -196,9 +215,11 @@ def rank_map(
     gpus_per_node: int = 8,
     order: str = DEFAULT_ORDER,
     hostnames: Sequence[str] | None = None,
+    expert: bool = False,
 ) -> RankMap:
-    """The rank map of a layout in Megatron order `tp-cp-ep-dp-pp` or `tp-cp-ep-pp-dp` over whole nodes."""
-    sizes = grid_sizes(layout, order)
+    """The rank map of a layout in Megatron order `tp-cp-ep-dp-pp` or `tp-cp-ep-pp-dp` over whole nodes; with
+    `expert`, its expert grid (expert-TP, EP, expert-DP, PP) over the same ranks."""
+    sizes = expert_grid_sizes(layout, order) if expert else grid_sizes(layout, order)
     if gpus_per_node < 1:
         raise InputError(f"ranks: gpus_per_node must be at least 1 (got {gpus_per_node})")
     world = prod(sizes.values())
@@ -208,16 +229,20 @@ def rank_map(
     nodes = -(-world // min(gpus_per_node, world))
     if hosts is not None and len(hosts) != nodes:
         raise InputError(f"ranks: {len(hosts)} hostnames given for {nodes} nodes")
-    return RankMap(sizes=sizes, order=order, gpus_per_node=gpus_per_node, hostnames=hosts)
+    return RankMap(sizes=sizes, order=order, gpus_per_node=gpus_per_node, hostnames=hosts, expert=expert)
 
 
 def check_costed_order(layout: Layout, order: str) -> None:
-    """A launch in `order` must place every group on the ranks the cost model priced (`COSTED_ORDER`);
-    UnsupportedError naming the groups that would move otherwise (an unknown order is left to the caller)."""
+    """A launch in `order` must place every group on the ranks the cost model priced (`COSTED_ORDER`), the expert
+    grid's too when experts are split (ep x etp > 1); UnsupportedError naming the groups that would move otherwise
+    (an unknown order is left to the caller)."""
     if order == COSTED_ORDER or order not in ORDERS:
         return
-    launched, costed = grid(layout, order), grid(layout, COSTED_ORDER)
-    moved = [d for d in costed.grid_dims if launched.groups(d) != costed.groups(d)]
+    moved = []
+    builds = ((grid, ""), (expert_grid, "expert ")) if layout.ep * layout.etp > 1 else ((grid, ""),)
+    for build, prefix in builds:
+        launched, costed = build(layout, order), build(layout, COSTED_ORDER)
+        moved += [prefix + d for d in costed.grid_dims if launched.groups(d) != costed.groups(d)]
     if moved:
         raise UnsupportedError(
             f"order: {order} puts the {' and '.join(moved)} groups of this layout on other ranks than the order "

@@ -27,6 +27,14 @@ def field_conflicts(values: Mapping[str, object]) -> list[str]:
         problems.append("vp > 1 needs pp > 1")
     if pp == 1 and (values.get("first_stage_layers") or values.get("last_stage_layers")):
         problems.append("first_stage_layers/last_stage_layers need pp > 1")
+    degrees = [values.get(k) for k in ("tp", "cp", "dp", "ep", "etp")]
+    if all(isinstance(d, int) for d in degrees):
+        tp_, cp, dp, ep, etp = (int(str(d)) for d in degrees)
+        if (tp_ * cp * dp) % (etp * ep):
+            problems.append(
+                f"etp*ep = {etp * ep} must divide tp*cp*dp = {tp_ * cp * dp} (Megatron's expert grid etp x ep x edp "
+                "x pp covers the GPUs of tp x cp x dp x pp: etp*ep*pp divides the GPUs)"
+            )
     return problems
 
 
@@ -45,14 +53,33 @@ def pp_fits_layers(layers: int, pp: int) -> bool:
     return pp <= layers
 
 
+def expert_problems(model: ModelSpec, layout: Layout) -> list[str]:
+    """Megatron-Core's rules tying expert parallelism to the model (moe.md section 1.3)."""
+    moe = model.moe
+    if moe is None:
+        return [] if layout.ep == layout.etp == 1 else ["ep/etp > 1 need a mixture-of-experts model"]
+    problems = []
+    if moe.experts % layout.ep:
+        problems.append(f"experts ({moe.experts}) not divisible by ep ({layout.ep})")
+    if moe.expert_ffn % layout.etp:
+        problems.append(f"expert_ffn ({moe.expert_ffn}) not divisible by etp ({layout.etp})")
+    if layout.etp > 1 and model.bias:
+        problems.append(f"etp ({layout.etp}) must be 1: the experts carry biases (Megatron: linear biases in MoE)")
+    if layout.tp > 1 and not layout.sequence_parallel:
+        problems.append(f"tp ({layout.tp}) > 1 on an MoE model needs sequence_parallel (Megatron's MoELayer)")
+    return problems
+
+
 def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> list[str]:
-    """Rules a layout must satisfy to run at all, independent of memory; empty when legal."""
+    """Rules a layout must satisfy to run at all, independent of memory; empty when legal. Multi-token-prediction
+    modules sit on the last pipeline stage (Megatron's default placement; never the first rank when pp > 1)."""
     from optlayout.layout.model import GRID_AXES
 
     problems = []
     if layout.gpus != gpus:
         product = "*".join(a.key for a in GRID_AXES)
         problems.append(f"{product} = {layout.gpus} but the cluster has {gpus} GPUs")
+    problems += expert_problems(model, layout)
     if model.heads % layout.tp:
         problems.append(f"heads ({model.heads}) not divisible by tp ({layout.tp})")
     if model.kv_heads % layout.tp and layout.tp % model.kv_heads:

@@ -218,9 +218,16 @@ def _axis_cell(axis: Axis, value: object) -> object:
     return value if axis.numeric else Cell(getattr(value, "value", value), cls="l")
 
 
+def _shown_axes(plan: Plan) -> list[Axis]:
+    """The searched axes, less the expert-only ones (ep, etp) when no layout of the plan sets them (dense models)."""
+    return [a for a in SEARCHED_AXES if not a.expert_token or a.grid
+            or any(getattr(p.layout, a.name) != a.default for p in plan.layouts)]  # fmt: skip
+
+
 def _layouts_table(plan: Plan) -> str:
+    axes = _shown_axes(plan)
     headers: list[str | Cell] = ["rank"]
-    headers += [a.label if a.numeric or a.kind is bool else Cell(a.label, cls="l") for a in SEARCHED_AXES]
+    headers += [a.label if a.numeric or a.kind is bool else Cell(a.label, cls="l") for a in axes]
     headers += ["MFU", "tokens/s/GPU", "step time", "memory/GPU", "of capacity", "bubble"]
     rows = []
     for p in plan.layouts:
@@ -229,7 +236,7 @@ def _layouts_table(plan: Plan) -> str:
         rows.append(
             [
                 p.rank,
-                *(_axis_cell(a, getattr(lay, a.name)) for a in SEARCHED_AXES),
+                *(_axis_cell(a, getattr(lay, a.name)) for a in axes),
                 Cell(fmt_pct(pred.mfu), pred.mfu),
                 Cell(fmt_num(pred.tokens_per_s_per_gpu), pred.tokens_per_s_per_gpu),
                 Cell(fmt_seconds(pred.step_time_s), pred.step_time_s),

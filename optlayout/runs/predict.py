@@ -6,8 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic
+
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
-from optlayout.errors import InputError
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
 from optlayout.solver.candidates import Limits
@@ -36,9 +38,7 @@ class RunPrediction:
 
 
 def run_job(record: RunRecord) -> JobSpec:
-    kernel, _ = record.attention_kernel()
-    return JobSpec(seq_len=record.job.seq_len, global_batch=record.job.global_batch, precision=record.job.precision,
-                   attention_kernel=kernel)  # fmt: skip
+    return record.job_spec()
 
 
 def assumed_fields(record: RunRecord) -> dict[str, dict[str, str]]:
@@ -80,7 +80,7 @@ def predict_run(
     if not result.ranked:
         result = solve_top_k(candidates, Limits(math.inf))
     best = result.ranked[0]
-    filled = {k: _plain(getattr(best.layout, k)) for k in record.layout.unknown()}
+    filled = {k: _plain(getattr(best.layout, k)) for k in record.unknown_layout_fields()}
     return RunPrediction(record, best.layout, filled, best.prediction, assumed_fields(record))
 
 
@@ -90,9 +90,13 @@ def _plain(value: object) -> object:
 
 def _explain_illegal(record: RunRecord, job: JobSpec) -> str:
     known = record.layout.known()
-    lay = Layout(
-        tp=known.get("tp", 1), pp=known.get("pp", 1), cp=known.get("cp", 1), dp=known.get("dp", 1),
-        micro_batch=known.get("micro_batch", 1),
-        grad_accum=max(1, record.job.global_batch // max(1, known.get("micro_batch", 1) * known.get("dp", 1))),
-    )  # fmt: skip
+    try:
+        lay = Layout(
+            tp=known.get("tp", 1), pp=known.get("pp", 1), cp=known.get("cp", 1), dp=known.get("dp", 1),
+            ep=known.get("ep", 1), etp=known.get("etp", 1), micro_batch=known.get("micro_batch", 1),
+            sequence_parallel=known.get("sequence_parallel", known.get("tp", 1) > 1),
+            grad_accum=max(1, record.job.global_batch // max(1, known.get("micro_batch", 1) * known.get("dp", 1))),
+        )  # fmt: skip
+    except pydantic.ValidationError as exc:
+        return describe_validation_error(exc, "layout")
     return "; ".join(layout_problems(record.model, job, lay, record.cluster.gpus)) or "outside the searched space"

@@ -15,7 +15,8 @@ from optlayout.errors import InputError, describe_validation_error
 from optlayout.presets import gpu_preset
 from optlayout.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, MoeRouting, Optimizer, Precision
 
-LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "micro_batch", "sharding", "recompute", "sequence_parallel")
+LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "ep", "etp", "micro_batch", "sharding", "recompute", "sequence_parallel")
+EXPERT_FIELDS = ("ep", "etp")  # a dense model has none: absent or null, they are 1, not unknown
 
 
 class RunJob(BaseModel):
@@ -41,8 +42,8 @@ FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
 
 
 class RunLayout(BaseModel):
-    """A layout as published: any field may be null (not published). `ep`/`etp` (expert parallel and expert
-    tensor parallel degrees) are read but are not layout axes yet: known()/unknown() cover LAYOUT_FIELDS."""
+    """A layout as published: any field may be null (not published). `ep`/`etp` are the expert parallel and expert
+    tensor parallel degrees of a mixture-of-experts model."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -61,8 +62,9 @@ class RunLayout(BaseModel):
     def known(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in LAYOUT_FIELDS if getattr(self, k) is not None}
 
-    def unknown(self) -> list[str]:
-        return [k for k in LAYOUT_FIELDS if getattr(self, k) is None]
+    def unknown(self, experts: bool = False) -> list[str]:
+        """The unpublished fields; the expert degrees only for a model with `experts` (dense: ep = etp = 1)."""
+        return [k for k in LAYOUT_FIELDS if getattr(self, k) is None and (experts or k not in EXPERT_FIELDS)]
 
 
 class Measured(BaseModel):
@@ -94,6 +96,10 @@ class RunRecord(BaseModel):
             if name in self.source.lower() and (archs is None or gpu_preset(self.cluster.gpu).arch in archs):
                 return "flash2", f"from the source: {why}"
         return "flash", "not stated: the GPU's native fused kernel"
+
+    def unknown_layout_fields(self) -> list[str]:
+        """The layout fields the record leaves unpublished (the solver fills them)."""
+        return self.layout.unknown(experts=self.model.moe is not None)
 
     def job_spec(self) -> JobSpec:
         """The record's job as a JobSpec (the attention kernel as `attention_kernel()` decides)."""

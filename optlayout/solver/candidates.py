@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import param_count_per_stage, state_bytes_per_gpu
-from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
+from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 
@@ -63,15 +63,19 @@ def layout_identity(layout: Layout) -> tuple[object, ...]:
     return tuple(getattr(layout, f) for f in _IDENTITY)
 
 
+_PLACED = tuple(dict.fromkeys(a.name for a in (*GRID_AXES, *EXPERT_GRID_AXES)))
+
+
 def grid_key(layout: Layout) -> tuple[int, ...]:
-    """The rank-grid degrees: what a layout's group links depend on."""
-    return tuple(getattr(layout, a.name) for a in GRID_AXES)
+    """The degrees of the rank grids (dense and expert): what a layout's group links depend on."""
+    return tuple(getattr(layout, name) for name in _PLACED)
 
 
 def state_key(layout: Layout) -> tuple[object, ...]:
-    """What the training state per GPU depends on: the stage split, tp, the shard group dp x cp, sharding."""
+    """What the training state per GPU depends on: the stage split, tp, the shard group dp x cp, sharding, and the
+    expert split (etp x ep) with its shard group edp."""
     return (layout.tp, layout.pp, layout.dp * layout.cp, layout.sharding, layout.first_stage_layers,
-            layout.last_stage_layers)  # fmt: skip
+            layout.last_stage_layers, layout.ep, layout.etp)  # fmt: skip
 
 
 def simplicity_key(layout: Layout) -> tuple[object, ...]:

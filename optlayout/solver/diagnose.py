@@ -20,6 +20,9 @@ def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size:
     pp = options.pins.get("pp")
     if isinstance(pp, int) and not pp_fits_layers(model.layers, pp):
         return f"pp: {pp} pipeline stages exceed the model's {model.layers} layers"
+    expert = _expert_pins_problem(model, gpus, options)
+    if expert:
+        return expert
     tps = tp_choices(model, gpus, domain_size, options)
     if not tps:
         return (
@@ -39,6 +42,25 @@ def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size:
         f"global batch: no combination of tp, cp, pp and dp with micro_batch x grad_accum x dp in [{lo}, {hi}] "
         f"uses exactly {gpus} GPUs under your pins; widen the batch bounds, relax pins, or allow idle GPUs"
     )
+
+
+def _expert_pins_problem(model: ModelSpec, gpus: int, options: SpaceOptions) -> str | None:
+    """The expert-parallel rule that pinned ep/etp break, if any (moe.md section 1.3)."""
+    ep, etp = options.pins.get("ep", 1), options.pins.get("etp", 1)
+    if not isinstance(ep, int) or not isinstance(etp, int):
+        return None
+    if model.moe is None:
+        return "ep/etp: expert parallelism needs a mixture-of-experts model" if ep * etp > 1 else None
+    if model.moe.experts % ep:
+        return f"ep: the experts ({model.moe.experts}) must be divisible by ep ({ep})"
+    if model.moe.expert_ffn % etp:
+        return f"etp: the expert width ({model.moe.expert_ffn}) must be divisible by etp ({etp})"
+    if etp > 1 and model.bias:
+        return f"etp: must be 1 when the experts carry biases (got {etp})"
+    if gpus % (ep * etp):
+        return (f"expert grid: the EP group does not fit: etp x ep = {ep * etp} must divide the GPUs ({gpus}) "
+                "(Megatron's expert grid: etp*ep*pp divides the GPUs)")  # fmt: skip
+    return None
 
 
 def diagnose_no_fit(candidates: list[Candidate], capacity_bytes: float, gpus: int) -> str:

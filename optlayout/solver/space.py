@@ -15,7 +15,7 @@ from typing import Any
 from optlayout.errors import InputError
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import SEARCHED_AXES, Layout, Recompute, Sharding
-from optlayout.layout.rules import cp_fits_sequence, field_conflicts, pp_fits_layers, tp_fits_heads
+from optlayout.layout.rules import cp_fits_sequence, expert_problems, field_conflicts, pp_fits_layers, tp_fits_heads
 from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits
 from optlayout.specs import JobSpec, ModelSpec
 
@@ -108,6 +108,27 @@ def tp_choices(model: ModelSpec, gpus: int, domain_size: int, options: SpaceOpti
     ]
 
 
+def expert_choices(
+    model: ModelSpec, tp: int, stage_gpus: int, domain_size: int, options: SpaceOptions
+) -> list[tuple[int, int]]:
+    """(ep, etp) pairs of an MoE model over a stage of `stage_gpus` = tp x cp x dp GPUs: etp x ep divides them
+    (Megatron's expert grid), ep divides the experts, etp the expert width (1 with expert biases) and stays in
+    the NVLink domain as tp does; (1, 1) for a dense model."""
+    if model.moe is None:
+        return [(1, 1)] if _allowed(options, "ep", 1) and _allowed(options, "etp", 1) else []
+    limit = stage_gpus if options.allow_tp_beyond_domain else min(domain_size, stage_gpus)
+    out = []
+    for etp in _divisors(stage_gpus):
+        if etp > limit or not _allowed(options, "etp", etp):
+            continue
+        for ep in _divisors(stage_gpus // etp):
+            if not _allowed(options, "ep", ep):
+                continue
+            if not expert_problems(model, Layout(tp=tp, ep=ep, etp=etp, dp=stage_gpus // tp, sequence_parallel=tp > 1)):
+                out.append((ep, etp))
+    return out
+
+
 def batch_targets(job: JobSpec) -> tuple[int, int]:
     """(min, max) sequences per step the job admits."""
     fixed = job.sequences_per_step
@@ -160,7 +181,8 @@ def enumerate_groups(
     if not shardings or not recomputes:
         return
     for tp in tp_choices(model, gpus, domain_size, options):
-        sps = tuple(sp for sp in ((False, True) if tp > 1 else (False,)) if _allowed(options, "sequence_parallel", sp))
+        values = ((True,) if model.moe is not None else (False, True)) if tp > 1 else (False,)  # MoE: SP with tp > 1
+        sps = tuple(sp for sp in values if _allowed(options, "sequence_parallel", sp))
         if not sps:
             continue
         for cp in _divisors(gpus // tp):
@@ -172,12 +194,14 @@ def enumerate_groups(
                 split = split_layers(model.layers, pp)
                 if split is None:
                     continue
-                yield from _groups(model, gpus, options, tp, cp, pp, split, lo, hi, shardings, recomputes, sps)
+                yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shardings, recomputes,
+                                   sps)  # fmt: skip
 
 
 def _groups(
     model: ModelSpec,
     gpus: int,
+    domain_size: int,
     options: SpaceOptions,
     tp: int,
     cp: int,
@@ -201,7 +225,8 @@ def _groups(
         group_shardings = shardings if dp * cp > 1 else tuple(s for s in shardings if s == Sharding.none)
         if not group_shardings:
             continue
-        for mb in range(1, options.max_micro_batch + 1):
+        experts = expert_choices(model, tp, tp * cp * dp, domain_size, options)
+        for (ep, etp), mb in itertools.product(experts, range(1, options.max_micro_batch + 1)):
             if mb * dp > hi or not _allowed(options, "micro_batch", mb):
                 continue
             for vp in vps:
@@ -210,8 +235,9 @@ def _groups(
                 for ga in _grad_accums(mb * dp, lo, hi, pp, vp, options):
                     if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
                         continue
-                    degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "micro_batch": mb, "grad_accum": ga,
-                               "first_stage_layers": first, "last_stage_layers": last}  # fmt: skip
+                    degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "ep": ep, "etp": etp,
+                               "micro_batch": mb, "grad_accum": ga, "first_stage_layers": first,
+                               "last_stage_layers": last}  # fmt: skip
                     yield LayoutGroup(degrees, group_shardings, recomputes, sps)
 
 

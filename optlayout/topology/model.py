@@ -11,6 +11,12 @@ Bandwidths are per GPU, bytes/s per direction, of a ring-style collective over a
   multi-node busbw of nccl-tests on DGX A100, ~185 of 8 x 25 GB/s, shows this);
 - the result is the minimum over the levels crossed and over servers. Latency is that of the slowest
   level crossed (end to end, both directions of the path up to the highest switch tier reached).
+
+All-to-all (the MoE token dispatch and combine over an EP group) is priced apart, on every member of every
+group of the dimension: a member scatters its buffer evenly over the n members, (n_d - 1)/n of it to the
+n_d - 1 others in its scale-up domain over its scale-up links and (n - n_d)/n out of the domain over the NIC
+share the group owns there (the domain's members pool their NICs, as NCCL's PXN and DeepEP's NVLink
+forwarding do), divided by the oversubscription climbed; the two run at once, so the slower one sets the time.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class Topology:
         self.gpus_per_server = self.num_gpus // self.num_servers
         self._kind_code = np.array([_KIND_CODE[k] for k in self._t.domain_kind])
         self._dims: dict[tuple[int, int], tuple[float, float]] = {}
+        self._a2a: dict[tuple[int, int], tuple[float, float]] = {}
 
     def __repr__(self) -> str:
         return (
@@ -247,6 +254,73 @@ class Topology:
             b, l_ = self._group((g // stride) * span + g % stride + offsets)
             bw, lat = min(bw, b), max(lat, l_)
         return bw, lat
+
+    def dim_all_to_all_bandwidth_Bps(self, size: int, stride: int) -> float:
+        """Effective bandwidth of an all-to-all over the dimension's groups (ranks base + stride*i): the slowest
+        member's buffer bytes per second (its whole buffer, its own share included); every group read; cached."""
+        return self._all_to_all(size, stride)[0]
+
+    def dim_all_to_all_latency_s(self, size: int, stride: int) -> float:
+        return self._all_to_all(size, stride)[1]
+
+    def _all_to_all(self, size: int, stride: int) -> tuple[float, float]:
+        key = (size, stride)
+        hit = self._a2a.get(key)
+        if hit is None:
+            hit = self._a2a[key] = self._evaluate_all_to_all(size, stride)
+        return hit
+
+    def _tiled_groups(self, size: int, stride: int) -> np.ndarray:
+        """Every group of a dimension laid out Megatron-style, one row each (size x stride blocks tiled)."""
+        if size < 1 or stride < 1:
+            raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
+        span = size * stride
+        if span > self.num_gpus:
+            raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
+        g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
+        return ((g // stride) * span + g % stride)[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride
+
+    def _evaluate_all_to_all(self, size: int, stride: int) -> tuple[float, float]:
+        if size == 1:
+            return math.inf, 0.0
+        t, groups = self._t, self._tiled_groups(size, stride)
+        dom = t.domain[groups]
+        # members of the same group in the same domain: n_d, and the NIC bandwidth they own together
+        key = np.arange(groups.shape[0])[:, None] * self.num_domains + dom
+        _, where, n_d = np.unique(key.ravel(), return_inverse=True, return_counts=True)
+        owned = np.bincount(where, weights=t.nic_bw[groups].ravel())[where].reshape(groups.shape)
+        n_d = n_d[where].reshape(groups.shape).astype(float)
+        if (self._kind_code[dom] == 0).all():  # NVSwitch domains: each GPU's own links to the switch
+            inside = t.su_bw[groups].astype(float)
+        else:
+            inside = np.stack([self._scale_up_members(m, d) for m, d in zip(groups, dom, strict=True)])
+        seconds_per_byte = np.where(n_d > 1, (n_d - 1) / size / inside, 0.0)
+        latency = np.where(n_d > 1, 2 * t.su_lat[groups], 0.0).max()
+        if (n_d < size).any():
+            joined = np.stack([(b[groups] == b[groups[:, :1]]).all(axis=1) for b in t.blocks])
+            if not joined.any(axis=0).all():
+                row = int(np.flatnonzero(~joined.any(axis=0))[0])
+                raise InputError(f"topology: no network path joins ranks {groups[row, 0]} and {groups[row, -1]}")
+            level = joined.argmax(axis=0)
+            factor = np.stack(t.factor)[level[:, None], groups]
+            oversub = factor.max(axis=1, keepdims=True)
+            network = owned / n_d / oversub
+            out = np.where(n_d < size, (size - n_d) / size / network, 0.0)
+            seconds_per_byte = np.maximum(seconds_per_byte, out)
+            latency = max(latency, 2 * float(np.stack(t.lat_up)[level[:, None], groups].max()))
+        return 1.0 / float(seconds_per_byte.max()), float(latency)
+
+    def _scale_up_members(self, members: np.ndarray, dom: np.ndarray) -> np.ndarray:
+        """Per member, the scale-up bandwidth it drives to the group's other members in its domain."""
+        out = np.full(members.size, math.inf)
+        for d in np.unique(dom):
+            here = dom == d
+            if here.sum() > 1:
+                if self._t.domain_kind[int(d)] == "nvswitch":
+                    out[here] = self._t.su_bw[members[here]]
+                else:
+                    out[here] = self._domain_link(int(d), np.sort(members[here]))[0]
+        return out
 
     # ------------------------------------------------------------------------------------------ display
 
