@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from optlayout.errors import UnsupportedError
 from optlayout.layout.model import Layout, Recompute, Sharding
-from optlayout.model import AttentionSpec, MoeSpec
+from optlayout.model import AttentionSpec, LayerKind, MoeSpec
 
 __all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding"]
 
@@ -23,6 +23,7 @@ GpuArch = Literal["ampere", "hopper", "blackwell", "cdna3", "other"]
 AttentionKernel = Literal["flash", "flash2", "naive"]
 Optimizer = Literal["adam", "muon"]
 MoeRouting = Literal["balanced"]
+MoeDispatcher = Literal["alltoall", "flex"]
 HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
 
 
@@ -268,6 +269,11 @@ class ModelSpec(_Spec):
         return blocks + mtp + self.output_matmul_param_count
 
     @cached_property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Every layer's kind (MoE or dense FFN, windowed attention or not), in model order."""
+        return tuple(LayerKind(m, w) for m, w in zip(self.moe_layer_flags, self.sliding_window_flags, strict=True))
+
+    @cached_property
     def sliding_window_flags(self) -> tuple[bool, ...]:
         """For each layer (0-based), whether it attends through a sliding window."""
         return self.attention.sliding_flags(self.layers)
@@ -372,6 +378,16 @@ class JobSpec(_Spec):
     )
     moe_routing: MoeRouting | None = Field(
         None, description="balanced: tokens forced uniform over the experts, dropless (benchmarks); None: real routing"
+    )
+    moe_dispatcher: MoeDispatcher = Field(
+        "alltoall",
+        description="alltoall: Megatron's all-to-all token dispatcher (every routed copy of a token moves, 16-bit); "
+        "flex: DeepEP/HybridEP (a token moves once per destination rank; FP8 dispatch in FP8 jobs)",
+    )
+    moe_ep_overlap: bool = Field(
+        False,
+        description="Megatron --overlap-moe-expert-parallel-comm: the expert all-to-all hides under another "
+        "micro-batch's compute where Megatron allows it (ep > 1, vp > 1 when pp > 1, no full recompute)",
     )
 
     @model_validator(mode="before")

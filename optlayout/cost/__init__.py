@@ -86,6 +86,7 @@ class Evaluation:
                 "compute_s": times.compute_s,
                 "tp_comm_s": times.tp_comm_s,
                 "cp_comm_s": times.cp_comm_s,
+                "ep_comm_s": times.ep_comm_s,
                 "pp_comm_s": times.pp_comm_s,
                 "bubble_s": times.bubble_s,
                 "dp_comm_s": times.dp_comm_s,
@@ -107,9 +108,9 @@ def evaluate(
     memo: dict[tuple[object, ...], Any] | None = None,
 ) -> Evaluation:
     """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`)."""
-    model.require_dense("cost model", job.seq_len)
     links = links or group_links(topology, layout)
-    mem = memory_per_gpu(model, job, layout, params)
-    times = step_time(model, job, layout, gpu, links, params, max(mem.param_count_per_stage), memo)
+    mem = memory_per_gpu(model, job, layout, params, memo)
+    most, experts = mem.most_params
+    times = step_time(model, job, layout, gpu, links, params, most, memo, experts)
     tps = layout.global_batch * job.seq_len / times.step_time_s / layout.gpus
     return Evaluation(layout, mem, times, tps, usable_memory_bytes(gpu.memory_bytes, job))

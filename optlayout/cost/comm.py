@@ -9,9 +9,9 @@ slowest member of the EP group scatters its whole buffer, its own share included
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from optlayout.layout.model import Layout
@@ -61,20 +61,34 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
             return Link(1, math.inf, 0.0)
         return Link(size, topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride))
 
-    ranks = grid(layout, COSTED_ORDER)
-    pair = link(2, ranks.stride("pp")) if layout.pp > 1 else link(1, 1)
-    links = GroupLinks(
-        tp=link(*ranks.span(["tp"])), cp=link(*ranks.span(["cp"])), dp_cp=link(*ranks.span(["dp", "cp"])), pp=pair
-    )
-    if layout.ep * layout.etp == 1:
-        return links
-    experts = expert_grid(layout, COSTED_ORDER)
-    size, stride = experts.span(["ep"])
+    tp, cp, dp_cp, pp_stride = _dense_spans(layout.tp, layout.cp, layout.dp, layout.pp)
+    etp, (size, stride), edp = _expert_spans(layout.etp, layout.ep, layout.edp, layout.pp)
     a2a = Link(1, math.inf, 0.0)
     if size > 1:
         a2a = Link(size, topology.dim_all_to_all_bandwidth_Bps(size, stride), topology.dim_all_to_all_latency_s(size,
                    stride))  # fmt: skip
-    return dataclasses.replace(links, ep=a2a, etp=link(*experts.span(["tp"])), edp=link(*experts.span(["dp"])))
+    pair = link(2, pp_stride) if layout.pp > 1 else link(1, 1)
+    return GroupLinks(tp=link(*tp), cp=link(*cp), dp_cp=link(*dp_cp), pp=pair, ep=a2a, etp=link(*etp),
+                      edp=link(*edp))  # fmt: skip
+
+
+Span = tuple[int, int]
+
+
+@lru_cache(maxsize=65536)
+def _dense_spans(tp: int, cp: int, dp: int, pp: int) -> tuple[Span, Span, Span, int]:
+    """(size, stride) of the TP, CP and DP x CP groups in `COSTED_ORDER`, and the stride between pipeline stages."""
+    ranks = grid(Layout.unchecked(tp=tp, cp=cp, dp=dp, pp=pp), COSTED_ORDER)
+    return ranks.span(["tp"]), ranks.span(["cp"]), ranks.span(["dp", "cp"]), ranks.stride("pp")
+
+
+@lru_cache(maxsize=65536)
+def _expert_spans(etp: int, ep: int, edp: int, pp: int) -> tuple[Span, Span, Span]:
+    """(size, stride) of the expert-TP, EP and expert-DP groups of the expert grid in `COSTED_ORDER` (an MoE
+    model's experts reduce over expert-DP even with ep = 1)."""
+    lay = Layout.unchecked(tp=etp, dp=ep * edp, ep=ep, etp=etp, pp=pp)  # tp*cp*dp covers etp x ep x edp
+    experts = expert_grid(lay, COSTED_ORDER)
+    return experts.span(["tp"]), experts.span(["ep"]), experts.span(["dp"])
 
 
 def _latency(link: Link, passes: int) -> float:

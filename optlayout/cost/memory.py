@@ -11,13 +11,24 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from optlayout.cost.params import CostParams
-from optlayout.layout.stages import rank_chunk_sizes, stage_split
+from optlayout.cost.attention import (
+    ACT_BYTES,
+    DENSE_LAYER,
+    LayerKind,
+    attention_activation_bytes,
+    kv_width_per_rank,
+    mtp_kind,
+)
+from optlayout.cost.moe import dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
+from optlayout.cost.params import DEFAULT_PARAMS, CostParams
+from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
-ACT_BYTES = 2  # 16-bit activations
+__all__ = ["ACT_BYTES", "MemoryBreakdown", "kv_width_per_rank", "memory_per_gpu"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,15 @@ class MemoryBreakdown:
     activations_bytes: float
     buffers_bytes: float
     reserve_bytes: float
+    expert_param_count_on_gpu: float = 0.0  # the routed experts among param_count_on_gpu
+    expert_param_count_per_stage: tuple[float, ...] = ()  # the routed experts among param_count_per_stage
+
+    @property
+    def most_params(self) -> tuple[float, float]:
+        """(parameters, routed experts among them) of the stage whose GPU holds the most: what the data-parallel
+        reduction and the optimizer step of the slowest stage move."""
+        i = max(range(len(self.param_count_per_stage)), key=self.param_count_per_stage.__getitem__)
+        return self.param_count_per_stage[i], (self.expert_param_count_per_stage or (0.0,) * (i + 1))[i]
 
     @property
     def state_bytes(self) -> float:
@@ -44,36 +64,71 @@ class MemoryBreakdown:
         return self.state_bytes + self.activations_bytes + self.buffers_bytes + self.reserve_bytes
 
 
-def kv_width_per_rank(model: ModelSpec, tp: int) -> float:
-    """Key (or value) width one TP rank holds: kv_heads / tp heads, or one replicated head when tp > kv_heads
-    (Megatron replicates query groups so that each rank has one)."""
-    return max(model.kv_width / tp, float(model.head_size))
+def layer_param_count_per_rank(model: ModelSpec, tp: int, kind: LayerKind = DENSE_LAYER) -> float:
+    """Parameters of one transformer layer of `kind` on one TP rank that are not routed experts: attention (K/V
+    replicated when tp > kv_heads; MLA's down projections and latent norms duplicated), norms, and the dense FFN,
+    or an MoE layer's shared experts (TP-split) and router (replicated)."""
+    if model.attention.kind == "mla":
+        att = model.attention
+        duplicated = model.hidden * ((att.q_lora_rank or 0) + (att.kv_lora_rank or 0) + (att.qk_rope_head_dim or 0))
+        duplicated += (att.q_lora_rank or 0) + (att.kv_lora_rank or 0)  # the latent norms
+        attention = (model.attention_param_count - duplicated) / tp + duplicated
+    else:
+        kv_bias = 2 if model.bias else 0
+        kv = (2 * model.hidden + kv_bias) * model.kv_width
+        kv_rank = (2 * model.hidden + kv_bias) * kv_width_per_rank(model, tp)
+        attention = (model.attention_param_count - kv) / tp + kv_rank
+    if not kind.moe:
+        return attention + (model.mlp_param_count + model.norm_param_count_per_layer) / tp
+    return attention + model.norm_param_count_per_layer / tp + dense_moe_params_per_rank(model, tp)
 
 
-def layer_param_count_per_rank(model: ModelSpec, tp: int) -> float:
-    """Parameters of one transformer layer on one TP rank, with replicated K/V heads when tp > kv_heads."""
-    kv_bias = 2 if model.bias else 0
-    kv = (2 * model.hidden + kv_bias) * model.kv_width
-    kv_rank = (2 * model.hidden + kv_bias) * kv_width_per_rank(model, tp)
-    return (model.layer_param_count - kv) / tp + kv_rank
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one GPU of a pipeline stage holds: the total, and the routed experts among them."""
+
+    total: float
+    experts: float
 
 
-def stage_param_count(model: ModelSpec, layout: Layout, stage: int, layers_on_stage: int) -> float:
-    """Parameters held by one GPU of a stage (TP-sharded; vocab-parallel embedding and output layer)."""
-    total = layers_on_stage * layer_param_count_per_rank(model, layout.tp) * layout.tp
+def stage_params(
+    model: ModelSpec, layout: Layout, stage: int, held: tuple[tuple[LayerKind, int], ...]
+) -> StageParams:
+    """Parameters held by one GPU of a stage holding `held` layers of each kind: the layers TP-sharded, their
+    routed experts over etp x ep; the vocab-parallel embedding on the first stage, the output layer on the last,
+    and there the multi-token-prediction modules with their own copy of the (shared) embedding when pp > 1."""
+    tp = layout.tp
+    dense = 0.0
+    for kind, n in held:
+        dense += n * layer_param_count_per_rank(model, tp, kind)
+    moe_layers = sum(n for kind, n in held if kind.moe)
     last = layout.pp - 1
     if stage == 0:
-        total += model.embedding_param_count
+        dense += model.embedding_param_count / tp
     if stage == last:
-        total += model.output_param_count
+        dense += model.output_param_count / tp
         if model.tied_embeddings and layout.pp > 1:
-            total += model.vocab * model.hidden  # the last stage keeps its own copy of the tied matrix
-    return total / layout.tp
+            dense += model.vocab * model.hidden / tp  # the last stage keeps its own copy of the tied matrix
+        if model.mtp_layers:
+            block = mtp_kind(model)
+            norms = 3 * model.hidden * (2 if model.bias else 1)
+            per_module = layer_param_count_per_rank(model, tp, block) + (2 * model.hidden * model.hidden + norms) / tp
+            dense += model.mtp_layers * per_module
+            if layout.pp > 1 and not model.tied_embeddings:
+                dense += model.vocab * model.hidden / tp  # MTP embeds the shifted tokens with the shared embedding
+            moe_layers += model.mtp_layers * block.moe
+    experts = expert_params_per_gpu(model, layout, moe_layers)
+    return StageParams(dense + experts, experts)
+
+
+def stage_params_per_stage(model: ModelSpec, layout: Layout) -> tuple[StageParams, ...]:
+    """The parameters one GPU of each pipeline stage holds."""
+    return tuple(stage_params(model, layout, i, held) for i, held in enumerate(rank_kinds(model.layer_kinds, layout)))
 
 
 def param_count_per_stage(model: ModelSpec, layout: Layout) -> tuple[float, ...]:
     """Parameters one GPU of each pipeline stage holds."""
-    return tuple(stage_param_count(model, layout, i, n) for i, n in enumerate(stage_split(layout, model.layers)))
+    return tuple(p.total for p in stage_params_per_stage(model, layout))
 
 
 def state_bytes_per_gpu(
@@ -87,11 +142,24 @@ def state_bytes_per_gpu(
     return weights, grads, optim
 
 
-def activation_bytes_per_layer(model: ModelSpec, job: JobSpec, layout: Layout) -> float:
-    """Bytes one transformer layer keeps for backward, per micro-batch, on one GPU."""
+def stage_state_bytes(params: StageParams, job: JobSpec, layout: Layout) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes on one GPU of a stage: the dense parameters sharded over dp x cp, the
+    routed experts over expert-DP (Megatron: 6 + 12/DP and 6 + 12/EDP bytes per parameter with ZeRO-1)."""
+    dense = state_bytes_per_gpu(params.total - params.experts, job, layout.sharding, layout.dp * layout.cp)
+    if not params.experts:
+        return dense
+    experts = state_bytes_per_gpu(params.experts, job, layout.sharding, layout.edp)
+    return dense[0] + experts[0], dense[1] + experts[1], dense[2] + experts[2]
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec, job: JobSpec, layout: Layout, kind: LayerKind = DENSE_LAYER, params: CostParams | None = None
+) -> float:
+    """Bytes one transformer layer of `kind` keeps for backward, per micro-batch, on one GPU (`params` for an MoE
+    layer's routing imbalance)."""
     s, b, t = job.seq_len, layout.micro_batch, layout.tp
     tokens = s * b / layout.cp  # tokens of this micro-batch on this CP rank
-    h, dq, f = model.hidden, model.q_width, model.ffn
+    h, f = model.hidden, model.ffn
     dropout = 1 if job.dropout else 0
     if layout.recompute == Recompute.full:
         # only the layer input is kept (sequence-sharded with SP, as Megatron's distribute-saved-activations)
@@ -99,105 +167,163 @@ def activation_bytes_per_layer(model: ModelSpec, job: JobSpec, layout: Layout) -
     # Kept whole on every TP rank unless sequence parallel: 2 norm inputs, QKV and MLP inputs, dropout masks.
     replicated = ACT_BYTES * tokens * h * 4 + tokens * h * 2 * dropout
     # Split over TP: Q, K, V; attention internals; output-projection input; MLP internals.
-    kv_kept = kv_width_per_rank(model, t) * t  # kv heads fewer than tp are replicated, one per rank
-    if job.attention_kernel == "naive" and layout.recompute != Recompute.selective:
-        # GQA: the unfused core repeat_interleaves K and V to every query head before its matmuls, which save the
-        # repeated copies (Megatron's DotProductAttention, HF eager attention); selective recompute keeps the
-        # core's unrepeated inputs. A no-op for MHA.
-        kv_kept = dq
-    qkv = ACT_BYTES * tokens * (dq + 2 * kv_kept)
-    if job.attention_kernel == "naive":
-        # softmax output (2 B), and with dropout its mask (1 B) and output (2 B), per score
-        attn_internal = model.heads * tokens * s * (ACT_BYTES + 3 * dropout)
+    naive, selective = job.attention_kernel == "naive", layout.recompute == Recompute.selective
+    attention = attention_activation_bytes(model, tokens, s, t, naive, selective, job.dropout)
+    if kind.moe:
+        ffn, per_gpu = moe_activation_bytes(model, job, layout, params or DEFAULT_PARAMS)
     else:
-        attn_internal = 4.0 * model.heads * tokens  # fp32 log-sum-exp per query and head (IO-aware kernel)
-    if layout.recompute == Recompute.selective:
-        attn_internal = 0.0  # recomputed from Q, K, V
-    proj_in = ACT_BYTES * tokens * dq
-    mlp_values = {"swiglu": 3, "gelu": 2, "relu2": 2}[model.mlp]  # fused SwiGLU keeps gate, up and product
-    mlp = ACT_BYTES * tokens * f * mlp_values
-    split = qkv + attn_internal + proj_in + mlp
-    return (replicated / (t if layout.sequence_parallel else 1)) + split / t
+        mlp_values = {"swiglu": 3, "gelu": 2, "relu2": 2}[model.mlp]  # fused SwiGLU keeps gate, up and product
+        ffn, per_gpu = ACT_BYTES * tokens * f * mlp_values, 0.0
+    split = attention.split + ffn
+    return (replicated / (t if layout.sequence_parallel else 1)) + split / t + attention.unsplit + per_gpu
 
 
-def inflight_layers(layout: Layout, counts: list[int], stage: int) -> tuple[float, int]:
-    """(layer activations a stage holds at peak, in layers x micro-batches; micro-batches in its first chunk).
+def inflight_bytes(layout: Layout, chunk_bytes: list[float], stage: int) -> tuple[float, int]:
+    """(activation bytes a stage holds at peak, micro-batches in its first chunk), given the bytes one micro-batch
+    leaves in each of its virtual chunks (in the order the rank runs them).
 
-    Megatron's 1F1B warm-up: stage i holds min(p - i, m) micro-batches of all its layers. The interleaved
+    Megatron's 1F1B warm-up: stage i holds min(p - i, m) micro-batches of all its chunks. The interleaved
     schedule holds w = (p - i - 1) * 2 + (v - 1) * p + 1 chunk forwards (at most m * v), taken in groups of p
-    micro-batches per chunk, chunk 0, 1, ..., v - 1, then again: the layers they hold follow the rank's chunk
-    sizes (`chunk_layer_counts`); with equal chunks this is Korthikanti et al.'s L(1 + (p-1)/(pv)).
+    micro-batches per chunk, chunk 0, 1, ..., v - 1, then again; with equal chunks this is Korthikanti et al.'s
+    L(1 + (p-1)/(pv)) layers.
     """
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     if v == 1:
-        held = min(p - stage, m)
-        return float(held * counts[stage]), held
+        micro_batches = min(p - stage, m)
+        return micro_batches * chunk_bytes[0], micro_batches
     w = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
     cycles, rest = divmod(w, p * v)
     first_chunk = cycles * p + min(rest, p)
-    n = counts[stage]
-    if n % v == 0:  # equal chunks
-        return w * n / v, first_chunk
-    chunks = rank_chunk_sizes(n, v, first=stage == 0)
     partial, last = divmod(rest, p)
-    layers = p * (cycles * n + sum(chunks[:partial])) + (last * chunks[partial] if last else 0)
-    return float(layers), first_chunk
+    held = p * (cycles * sum(chunk_bytes) + sum(chunk_bytes[:partial]))
+    return held + (last * chunk_bytes[partial] if last else 0.0), first_chunk
 
 
-def _candidate_fullest_stages(counts: list[int]) -> list[int]:
-    """Stages that can be the fullest: the first, the last, and the first middle stage holding the most layers
-    (in-flight micro-batches fall with the stage index, so a later middle stage with as many layers holds less)."""
-    if len(counts) <= 2:
-        return list(range(len(counts)))
-    middle = max(range(1, len(counts) - 1), key=lambda i: (counts[i], -i))
-    return [0, middle, len(counts) - 1]
+def inflight_layers(layout: Layout, counts: list[int], stage: int) -> tuple[float, int]:
+    """(layer activations a stage holds at peak, in layers x micro-batches; micro-batches in its first chunk): the
+    `inflight_bytes` of one unit per layer, the rank's chunks as `rank_chunk_sizes` splits its layers."""
+    chunks = rank_chunk_sizes(counts[stage], layout.vp, first=stage == 0) if layout.vp > 1 else [counts[stage]]
+    return inflight_bytes(layout, [float(n) for n in chunks], stage)
 
 
-def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams) -> MemoryBreakdown:
-    """Memory on the fullest pipeline stage, per GPU."""
-    counts = stage_split(layout, model.layers)
-    per_layer = activation_bytes_per_layer(model, job, layout)
-    shard_group = layout.dp * layout.cp
+def _candidate_fullest_stages(signatures: Sequence[Hashable]) -> list[int]:
+    """Stages that can be the fullest: the first, the last, and among the middle stages the first of each distinct
+    content (in-flight micro-batches fall with the stage index, so a later stage holding the same holds less)."""
+    if len(signatures) <= 2:
+        return list(range(len(signatures)))
+    firsts: dict[Hashable, int] = {}
+    for i in range(1, len(signatures) - 1):
+        firsts.setdefault(signatures[i], i)
+    return [0, *sorted(firsts.values()), len(signatures) - 1]
+
+
+def memory_per_gpu(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> MemoryBreakdown:
+    """Memory on the fullest pipeline stage, per GPU. `memo` (owned by the caller for one model, job and params)
+    keeps the stage parameters and the per-layer activations that layouts differing in sharding or accumulation
+    share."""
+    ranks = rank_chunk_kinds(model.layer_kinds, layout)
+    kinds = set(model.layer_kinds)
+    counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
+    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
     tokens = job.seq_len * layout.micro_batch / layout.cp
     sp_div = layout.tp if layout.sequence_parallel else 1
+    last = layout.pp - 1
     # full recomputation re-runs one layer at a time in the backward: its whole activations live at the peak
     recomputing = 0.0
     if layout.recompute == Recompute.full:
-        recomputing = activation_bytes_per_layer(model, job, layout.model_copy(update={"recompute": Recompute.none}))
-    per_stage = param_count_per_stage(model, layout)
+        whole = layout.model_copy(update={"recompute": Recompute.none})
+        recomputing = max(activation_bytes_per_layer(model, job, whole, k, params) for k in kinds)
+    per_stage = _stage_params(model, layout, memo)
+    chunk_bytes = [[sum(n * per_kind[k] for k, n in chunk) for chunk in chunks] for chunks in ranks]
+    if model.mtp_layers:  # the MTP modules run after the last layer, in the last rank's last chunk
+        chunk_bytes[last][-1] += model.mtp_layers * per_kind[mtp_kind(model)]
+    signatures = [(tuple(c), per_stage[i]) for i, c in enumerate(chunk_bytes)]
     best: MemoryBreakdown | None = None
-    for stage in _candidate_fullest_stages(counts):
-        layers = counts[stage]
-        p_gpu = per_stage[stage]
-        weights, grads, optim = state_bytes_per_gpu(p_gpu, job, layout.sharding, shard_group)
-        held_layers, first_chunk = inflight_layers(layout, counts, stage)
-        acts = per_layer * held_layers + recomputing
+    for stage in _candidate_fullest_stages(signatures):
+        stage_p = per_stage[stage]
+        weights, grads, optim = stage_state_bytes(stage_p, job, layout)
+        acts, first_chunk = inflight_bytes(layout, chunk_bytes[stage], stage)
+        acts += recomputing
         if stage == 0:  # embedding output, held by the micro-batches in flight in the first model chunk
             acts += first_chunk * ACT_BYTES * tokens * model.hidden / sp_div
-        if stage == layout.pp - 1:
-            # logits of one micro-batch kept for the loss's backward, vocab-parallel
-            acts += params.logits_bytes_per_element * tokens * model.vocab / layout.tp
+        if stage == last:
+            # logits of one micro-batch kept for the loss's backward, vocab-parallel (and one per MTP module)
+            acts += (1 + model.mtp_layers) * params.logits_bytes_per_element * tokens * model.vocab / layout.tp
         buffers = 0.0
-        if layout.sharding == Sharding.fsdp and shard_group > 1:
+        if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
             # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-            unsharded = params.fsdp_prefetch_layers * layer_param_count_per_rank(model, layout.tp)
-            buffers = unsharded * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+            moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
+            widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
+                         for k in kinds)  # fmt: skip
+            buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
         row = MemoryBreakdown(
             stage=stage,
-            layers_on_stage=layers,
-            param_count_on_gpu=p_gpu,
-            param_count_per_stage=per_stage,
+            layers_on_stage=counts[stage],
+            param_count_on_gpu=stage_p.total,
+            param_count_per_stage=tuple(p.total for p in per_stage),
             weights_bytes=weights,
             gradients_bytes=grads,
             optimizer_bytes=optim,
             activations_bytes=acts,
             buffers_bytes=buffers,
             reserve_bytes=params.runtime_reserve_bytes,
+            expert_param_count_on_gpu=stage_p.experts,
+            expert_param_count_per_stage=tuple(p.experts for p in per_stage),
         )
         if best is None or row.total_bytes > best.total_bytes:
             best = row
     assert best is not None
     return best
+
+
+def _per_kind_activation_bytes(
+    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+) -> dict[LayerKind, float]:
+    """`activation_bytes_per_layer` of every layer kind of the model (the MTP block's too), through the memo."""
+    akey = ("act", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
+            layout.recompute)  # fmt: skip
+    per_kind: dict[LayerKind, float] | None = memo.get(akey) if memo is not None else None
+    if per_kind is None:
+        kinds = {*model.layer_kinds, mtp_kind(model)}
+        per_kind = {k: activation_bytes_per_layer(model, job, layout, k, params) for k in kinds}
+        if memo is not None:
+            memo[akey] = per_kind
+    return per_kind
+
+
+def _stage_params(
+    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
+) -> tuple[StageParams, ...]:
+    """`stage_params_per_stage`, through the memo."""
+    pkey = ("params", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+            layout.ep, layout.etp)  # fmt: skip
+    per_stage: tuple[StageParams, ...] | None = memo.get(pkey) if memo is not None else None
+    if per_stage is None:
+        per_stage = stage_params_per_stage(model, layout)
+        if memo is not None:
+            memo[pkey] = per_stage
+    return per_stage
+
+
+def memory_floor_bytes(
+    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+) -> float:
+    """A lower bound on `memory_per_gpu`'s total, far cheaper: the first stage's training state and the activations
+    its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output)."""
+    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+    chunks = rank_chunk_kinds(model.layer_kinds, layout)[0]
+    chunk_bytes = [sum(n * per_kind[k] for k, n in chunk) for chunk in chunks]
+    if layout.pp == 1 and model.mtp_layers:
+        chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
+    acts, _ = inflight_bytes(layout, chunk_bytes, 0)
+    state = sum(stage_state_bytes(_stage_params(model, layout, memo)[0], job, layout))
+    return state + acts + params.runtime_reserve_bytes
 
 
 def usable_memory_bytes(capacity_bytes: float, job: JobSpec) -> float:
@@ -249,11 +375,13 @@ def memory_estimate(
     if model is None:
         if param_count is None:
             raise ValueError("give a model or a parameter count")
-        total, on_gpu = param_count, param_count / (layout.tp * layout.pp)
-    elif with_activations:
+        on_gpu = param_count / (layout.tp * layout.pp)
+        weights, grads, optim = state_bytes_per_gpu(on_gpu, job, layout.sharding, layout.dp * layout.cp)
+        return MemoryEstimate(param_count, on_gpu, weights, grads, optim)
+    if with_activations:
         breakdown = memory_per_gpu(model, job, layout, params)
-        total, on_gpu = model.param_count, breakdown.param_count_on_gpu
-    else:
-        total, on_gpu = model.param_count, max(param_count_per_stage(model, layout))
-    weights, grads, optim = state_bytes_per_gpu(on_gpu, job, layout.sharding, layout.dp * layout.cp)
-    return MemoryEstimate(total, on_gpu, weights, grads, optim, breakdown)
+        b = breakdown
+        return MemoryEstimate(model.param_count, b.param_count_on_gpu, b.weights_bytes, b.gradients_bytes,
+                              b.optimizer_bytes, breakdown)  # fmt: skip
+    fullest = max(stage_params_per_stage(model, layout), key=lambda p: sum(stage_state_bytes(p, job, layout)))
+    return MemoryEstimate(model.param_count, fullest.total, *stage_state_bytes(fullest, job, layout))

@@ -143,6 +143,41 @@ class CostParams(BaseModel):
         2, ge=1, description="unsharded layers alive at once under FSDP (current + prefetched next; PyTorch FSDP2)"
     )
     step_overhead_s: float = Field(0.0, ge=0, description="fixed per-step host overhead (data loading, logging)")
+    # --- mixture-of-experts only (cost/moe.py); fitted on MoE runs alone, never from the dense ones ---
+    grouped_gemm_efficiency_ratio: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="a grouped expert GEMM's rate / a dense GEMM's of the same shape, at large M per expert (tile "
+        "padding and operand bytes at small M are priced by the GEMM model itself). Source: DeepGEMM's FP8 grouped "
+        "'contiguous' GEMM, 1346 TFLOP/s at M 8192 per group against 1410 dense at M 4096, N 4096, K 7168 on H800 "
+        "(deepseek-ai/DeepGEMM README @2e7e5801, moe.md 5.5): 0.95. No TE/cuBLAS BF16 grouped-GEMM table is "
+        "published (moe.md 5.5 gap): the same ratio is assumed in BF16.",
+    )
+    all_to_all_efficiency: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="bandwidth the expert dispatch/combine all-to-all reaches / the EP group's link bandwidth. "
+        "Source: DeepEP's normal kernels reach 153-158 of ~160 GB/s NVLink intranode and 43-58 GB/s RDMA of a "
+        "50 GB/s CX7 NIC internode on H800 (deepseek-ai/DeepEP docs/legacy.md @dd758caf, moe.md 5.4): ~0.85-0.95.",
+    )
+    moe_permute_bytes_per_element: float = Field(
+        4.0,
+        ge=0,
+        description="HBM bytes per element of each token (un)permutation pass: read and write a 16-bit copy. "
+        "Megatron's alltoall dispatcher permutes the k copies before the dispatch and sorts them by local expert "
+        "after it (and back) (token_dispatcher.py, moe.md 1.5).",
+    )
+    real_routing_imbalance: float = Field(
+        1.2,
+        ge=1,
+        description="busiest rank's routed tokens / the mean under real (trained, dropless) routing; it scales the "
+        "expert GEMMs, the received all-to-all bytes and the routed activations. Force-balanced benchmarks "
+        "(job.moe_routing balanced) use 1. Source: an NVIDIA table shows throughput 8-20% lower with real routing "
+        "than force-balanced (moe.md 0 item 7, 5.6); with the experts and their all-to-all half to two thirds of an "
+        "MoE step, that needs the busiest rank's expert work ~1.15-1.35x the mean: 1.2 [derived, not fitted].",
+    )
 
     def gemm_peak_fraction(self, precision: str) -> float:
         """Fraction of the precision's dense peak a large GEMM reaches."""

@@ -11,13 +11,25 @@ recomputation repeats the forward (full) or the attention core (selective). The 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from optlayout.cost import comm
-from optlayout.cost.memory import kv_width_per_rank
+from optlayout.cost.attention import (
+    DENSE_LAYER,
+    LayerKind,
+    attention_gemm_shapes,
+    context,
+    core_widths,
+    kv_width_per_rank,
+    mla_latent_elementwise_bytes,
+    mtp_kind,
+)
+from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times, shared_expert_times
 from optlayout.cost.params import CostParams
-from optlayout.layout.stages import stage_split
+from optlayout.layout.stages import rank_kinds
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
@@ -28,6 +40,7 @@ class TimeBreakdown:
     compute_s: float  # GEMMs, attention and elementwise work of all micro-batches on the slowest stage
     tp_comm_s: float  # exposed tensor-parallel collectives
     cp_comm_s: float  # exposed context-parallel exchange
+    ep_comm_s: float  # exposed MoE token exchange (expert all-to-all, expert-TP gathers)
     pp_comm_s: float  # exposed pipeline send/receive
     bubble_s: float  # pipeline fill and drain
     dp_comm_s: float  # exposed gradient reduction / FSDP gathers
@@ -40,6 +53,7 @@ class TimeBreakdown:
             self.compute_s
             + self.tp_comm_s
             + self.cp_comm_s
+            + self.ep_comm_s
             + self.pp_comm_s
             + self.bubble_s
             + self.dp_comm_s
@@ -79,28 +93,65 @@ class LayerTimes:
     elementwise_fwd_s: float
     tp_comm_fwd_s: float  # collectives of one forward, before overlap
     cp_comm_fwd_s: float
+    ep_comm_fwd_s: float = 0.0  # MoE token exchange (all-to-all, expert-TP gathers), forward
+    ep_comm_bwd_s: float = 0.0
 
     def forward_compute_s(self) -> float:
         return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s
 
 
 def layer_times(
-    model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, links: comm.GroupLinks, params: CostParams
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    kind: LayerKind = DENSE_LAYER,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> LayerTimes:
-    """Forward-pass pieces of one layer; the backward and recompute are derived from them."""
+    """Forward-pass pieces of one layer of `kind`; the backward and recompute are derived from them (`memo`: see
+    `step_time`). An MoE layer is its attention and shared experts (`_layer_base`) plus its routed experts."""
+    key = ("base", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, kind)
+    base = memo.get(key) if memo is not None else None
+    if base is None:
+        base = _layer_base(model, job, layout, gpu, links, params, kind)
+        if memo is not None:
+            memo[key] = base
+    if not kind.moe:
+        return base
+    routed = routed_times(model, job, layout, gpu, links, params, memo)
+    return LayerTimes(base.gemm_fwd_s + routed.gemm_s, base.attention_fwd_s, base.elementwise_fwd_s
+                      + routed.elementwise_s, base.tp_comm_fwd_s, base.cp_comm_fwd_s, routed.comm_fwd_s,
+                      routed.comm_bwd_s)  # fmt: skip
+
+
+def _layer_base(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    kind: LayerKind,
+) -> LayerTimes:
+    """A layer without its routed experts: attention, the dense FFN or the shared experts, TP and CP exchanges."""
     t = layout.tp
     tokens = job.seq_len * layout.micro_batch / layout.cp
-    h, dq, f = model.hidden, model.q_width, model.ffn
+    h, f = model.hidden, model.ffn
     kv_rank = kv_width_per_rank(model, t)  # replicated when tp > kv_heads
     gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
-    gemms = (
-        gemm_s(tokens, dq / t + 2 * kv_rank, h, gemm_rate, gpu, params)
-        + gemm_s(tokens, h, dq / t, gemm_rate, gpu, params)
-        + gemm_s(tokens, (model.mlp_matrices - 1) * f / t, h, gemm_rate, gpu, params)
-        + gemm_s(tokens, h, f / t, gemm_rate, gpu, params)
-    )
-    causal = 0.5 if job.causal else 1.0
-    attn_flops = 4.0 * tokens * job.seq_len * dq / t * causal  # each CP rank's queries see the whole sequence
+    shapes = attention_gemm_shapes(model, t)
+    moe = shared_expert_times(model, job, layout, gpu, params) if kind.moe else None
+    if moe is None:
+        shapes += [((model.mlp_matrices - 1) * f / t, h), (h, f / t)]
+    gemms = 0.0
+    for n, k in shapes:
+        gemms += gemm_s(tokens, n, k, gemm_rate, gpu, params)
+    score, value = core_widths(model, t)
+    ctx = context(model, job.seq_len, job.causal, kind)
+    # each CP rank's queries see the whole sequence (ring attention)
+    attn_flops = 2.0 * tokens * ctx * (score + value)
     hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
     bf16_peak = gpu.peak_flops_for("bf16") if "bf16" in gpu.peak_flops else gpu.peak_flops_for(job.precision)
     if job.attention_kernel != "naive":
@@ -110,38 +161,45 @@ def layer_times(
         # ring attention (CP) runs the kernel once per K/V chunk
         attention = attn_flops / (bf16_peak * efficiency) + layout.cp * params.kernel_overhead_s
     else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
-        scores = model.heads / t * tokens * job.seq_len * causal
+        scores = model.heads / t * tokens * ctx
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
     sp_div = t if layout.sequence_parallel else 1
     dropout_bytes = 6.0 if job.dropout else 0.0  # two masks written and read, and the dropped values
+    ffn_width = 0.0 if moe is not None else f / t
     elementwise_bytes = (
         tokens * h / sp_div * (params.elementwise_bytes_per_token_hidden + dropout_bytes)
-        + tokens * f / t * params.elementwise_bytes_per_token_ffn
+        + tokens * ffn_width * params.elementwise_bytes_per_token_ffn
+        + tokens * mla_latent_elementwise_bytes(model)
     )
     if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
-        elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * (2 * h + dq / t + f / t)
+        elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * sum(k for _, k in shapes)
     elementwise = elementwise_bytes / hbm + 8 * params.kernel_overhead_s
-    # TP: 2 all-reduces per forward (or 2 all-gathers + 2 reduce-scatters with SP: same volume).
+    # TP: 2 all-reduces per forward (or 2 all-gathers + 2 reduce-scatters with SP: same volume): the attention's
+    # and the MLP's; an MoE layer's routed experts have none (their split is etp), its shared experts have one.
     activation = 2.0 * tokens * h
-    tp_comm = 2 * comm.all_reduce_s(activation, links.tp, params.collective_efficiency)
+    tp_collectives = 1 + (moe.tp_all_reduces if moe is not None else 1)
+    tp_comm = tp_collectives * comm.all_reduce_s(activation, links.tp, params.collective_efficiency)
     # CP ring attention: each of cp-1 steps passes this rank's K and V chunk to its neighbour.
     kv_chunk = 2.0 * 2.0 * tokens * kv_rank
     cp_comm = (layout.cp - 1) * comm.p2p_s(kv_chunk, links.cp, params.collective_efficiency)
-    return LayerTimes(gemms, attention, elementwise, tp_comm, cp_comm)
+    if moe is None:
+        return LayerTimes(gemms, attention, elementwise, tp_comm, cp_comm)
+    return LayerTimes(gemms + moe.gemm_s, attention, elementwise + moe.elementwise_s, tp_comm, cp_comm)
 
 
 @dataclass(frozen=True)
 class StageTimes:
-    """Per micro-batch on one stage (seconds): forward and backward, with exposed TP and CP time apart."""
+    """Per micro-batch on one stage (seconds): forward and backward, with exposed TP, CP and EP time apart."""
 
     compute_fwd_s: float
     compute_bwd_s: float
     tp_exposed_s: float
     cp_exposed_s: float
+    ep_exposed_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.compute_fwd_s + self.compute_bwd_s + self.tp_exposed_s + self.cp_exposed_s
+        return self.compute_fwd_s + self.compute_bwd_s + self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
 
 
 def stage_times(
@@ -150,27 +208,42 @@ def stage_times(
     layout: Layout,
     gpu: GpuSpec,
     params: CostParams,
-    lt: LayerTimes,
-    layers: int,
+    mix: tuple[tuple[LayerTimes, int], ...],
     first: bool,
     last: bool,
+    mtp: LayerTimes | None = None,
+    overlapped: bool | None = None,
 ) -> StageTimes:
-    """One micro-batch through one stage: its layers, plus the output layer and loss on the last."""
-    fwd = lt.forward_compute_s()
-    bwd = 2 * lt.gemm_fwd_s + params.attention_backward_ratio * lt.attention_fwd_s
-    bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
-    tp_passes = 2.0  # forward and backward
-    if layout.recompute == Recompute.full:
-        bwd += fwd
-        tp_passes += 1
-    elif layout.recompute == Recompute.selective:
-        bwd += lt.attention_fwd_s
-    tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * tp_passes
-    # Ring attention hides the K/V exchange under the attention of the chunk already received.
-    cp = max(0.0, lt.cp_comm_fwd_s - lt.attention_fwd_s) + max(
-        0.0, 2 * lt.cp_comm_fwd_s - params.attention_backward_ratio * lt.attention_fwd_s
-    )
-    out_fwd = out_bwd = 0.0
+    """One micro-batch through one stage: its layers (`mix`: each kind's times and count), plus the output layer
+    and loss on the last, and there the multi-token-prediction modules (`mtp`: their block's times). `overlapped`:
+    whether EP overlap applies (default: where Megatron allows it for this layout)."""
+    fwd_s = bwd_s = tp_s = cp_s = ep_s = 0.0
+    full = layout.recompute == Recompute.full
+    if overlapped is None:
+        overlapped = overlap_allowed(job, layout, full)
+    layers = list(mix) + ([(mtp, model.mtp_layers)] if last and mtp is not None and model.mtp_layers else [])
+    for lt, count in layers:
+        fwd = lt.forward_compute_s()
+        bwd = 2 * lt.gemm_fwd_s + params.attention_backward_ratio * lt.attention_fwd_s
+        bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
+        tp_passes = 2.0  # forward and backward
+        ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
+        if full:
+            bwd += fwd
+            tp_passes += 1
+            ep_comm += lt.ep_comm_fwd_s  # the recomputed forward dispatches and combines again
+        elif layout.recompute == Recompute.selective:
+            bwd += lt.attention_fwd_s
+        tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * tp_passes
+        # Ring attention hides the K/V exchange under the attention of the chunk already received.
+        cp = max(0.0, lt.cp_comm_fwd_s - lt.attention_fwd_s) + max(
+            0.0, 2 * lt.cp_comm_fwd_s - params.attention_backward_ratio * lt.attention_fwd_s
+        )
+        fwd_s += count * fwd
+        bwd_s += count * bwd
+        tp_s += count * tp
+        cp_s += count * cp
+        ep_s += count * exposed_comm_s(ep_comm, fwd + bwd, overlapped)
     if last:
         tokens = job.seq_len * layout.micro_batch / layout.cp
         gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
@@ -182,13 +255,14 @@ def stage_times(
             * params.loss_bytes_per_logit
             / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
         )
-        out_fwd, out_bwd = logits + loss / 2, 2 * logits + loss / 2
-    return StageTimes(
-        compute_fwd_s=layers * fwd + out_fwd,
-        compute_bwd_s=layers * bwd + out_bwd,
-        tp_exposed_s=layers * tp,
-        cp_exposed_s=layers * cp,
-    )
+        heads = 1 + model.mtp_layers  # each MTP module passes through the shared output head and its own loss
+        # and projects [embedding; hidden] (2h) back to h first
+        project = 0.0
+        if model.mtp_layers:
+            project = gemm_s(tokens, model.hidden, 2 * model.hidden / layout.tp, gemm_rate, gpu, params)
+        fwd_s += heads * (logits + loss / 2) + model.mtp_layers * project
+        bwd_s += heads * (2 * logits + loss / 2) + model.mtp_layers * 2 * project
+    return StageTimes(fwd_s, bwd_s, tp_s, cp_s, ep_s)
 
 
 def step_time(
@@ -200,31 +274,16 @@ def step_time(
     params: CostParams,
     param_count_on_gpu: float,
     memo: dict[tuple[object, ...], Any] | None = None,
+    expert_param_count_on_gpu: float = 0.0,
 ) -> TimeBreakdown:
-    """Compose one optimizer step on the slowest stage.
+    """Compose one optimizer step on the slowest stage. `param_count_on_gpu` is what one GPU of the fullest stage
+    holds, `expert_param_count_on_gpu` the routed experts among them (reduced and sharded over expert-DP).
 
     `memo` (optional, owned by the caller for one model, job, GPU, topology and params) reuses the layer and
-    stage times that many layouts share: they depend only on (tp, cp, micro_batch, sequence_parallel) and
-    the recomputation and stage shape.
+    stage times that many layouts share: they depend only on (tp, cp, micro_batch, sequence_parallel, ep, etp),
+    the layer kind, and the recomputation and stage shape.
     """
-    lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel)
-    lt = memo.get(lkey) if memo is not None else None
-    if lt is None:
-        lt = layer_times(model, job, layout, gpu, links, params)
-        if memo is not None:
-            memo[lkey] = lt
-    counts = stage_split(layout, model.layers)
-    kinds = {(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)}  # stages alike cost alike
-    stages = []
-    for kind in sorted(kinds):
-        skey = (*lkey, layout.recompute, *kind)
-        st = memo.get(skey) if memo is not None else None
-        if st is None:
-            st = stage_times(model, job, layout, gpu, params, lt, *kind)
-            if memo is not None:
-                memo[skey] = st
-        stages.append(st)
-    slowest = max(stages, key=lambda st: st.total_s)
+    slowest = slowest_stage(model, job, layout, gpu, links, params, memo)
     m, p, v = layout.grad_accum, layout.pp, layout.vp
     slots = m + (p - 1) / v
     eff = params.collective_efficiency
@@ -236,26 +295,23 @@ def step_time(
         msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
         pp_comm = slots * 2 * v * comm.p2p_s(msg, links.pp, eff) * (1 - params.pp_comm_overlap)
 
-    # Data parallel over dp x cp.
-    d = links.dp_cp
-    grads_bytes = param_count_on_gpu * job.grad_bytes_per_param
-    weights_bytes = param_count_on_gpu * job.weight_bytes_per_param
+    # Data parallel: the dense parameters over dp x cp, the routed experts over expert-DP, both under the backward.
+    dense_param_count = param_count_on_gpu - expert_param_count_on_gpu
+    per_mb, under_bwd, under_fwd = _reductions(layout.sharding, dense_param_count, job, links.dp_cp, eff)
+    if expert_param_count_on_gpu:
+        expert = _reductions(layout.sharding, expert_param_count_on_gpu, job, links.edp, eff)
+        per_mb, under_bwd, under_fwd = per_mb + expert[0], under_bwd + expert[1], under_fwd + expert[2]
     overlap = params.dp_comm_overlap
     if layout.sharding == Sharding.fsdp:
-        per_mb = 2 * comm.all_gather_s(weights_bytes, d, eff) + comm.reduce_scatter_s(grads_bytes, d, eff)
-        hidden = overlap * (slowest.compute_fwd_s + slowest.compute_bwd_s)
-        dp_comm = m * max(0.0, per_mb - hidden)
-    elif layout.sharding == Sharding.zero2:
-        per_mb = comm.reduce_scatter_s(grads_bytes, d, eff)
-        dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, comm.all_gather_s(weights_bytes, d, eff) - overlap * slowest.compute_fwd_s)
-    elif layout.sharding == Sharding.zero1:
-        dp_comm = max(0.0, comm.reduce_scatter_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, comm.all_gather_s(weights_bytes, d, eff) - overlap * slowest.compute_fwd_s)
+        dp_comm = m * max(0.0, per_mb - overlap * (slowest.compute_fwd_s + slowest.compute_bwd_s))
     else:
-        dp_comm = max(0.0, comm.all_reduce_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
+        dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, under_bwd - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, under_fwd - overlap * slowest.compute_fwd_s)
 
-    local_param_count = param_count_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
+    sharded = layout.sharding != Sharding.none
+    local_param_count = dense_param_count / (links.dp_cp.size if sharded else 1)
+    local_param_count += expert_param_count_on_gpu / (links.edp.size if sharded else 1)
     optimizer = (
         local_param_count * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
         + 20 * params.kernel_overhead_s
@@ -265,9 +321,117 @@ def step_time(
         compute_s=compute,
         tp_comm_s=m * slowest.tp_exposed_s,
         cp_comm_s=m * slowest.cp_exposed_s,
+        ep_comm_s=m * slowest.ep_exposed_s,
         pp_comm_s=pp_comm,
         bubble_s=(p - 1) / v * slowest.total_s,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
         overhead_s=params.step_overhead_s,
     )
+
+
+def slowest_stage(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> StageTimes:
+    """One micro-batch's times on the slowest pipeline stage (see `step_time` for `memo`)."""
+    held = rank_kinds(model.layer_kinds, layout)
+    shapes = {(mix, i == 0, i == layout.pp - 1) for i, mix in enumerate(held)}  # stages alike cost alike
+    stages = [_stage(model, job, layout, gpu, links, params, memo, *shape) for shape in sorted(shapes)]
+    return max(stages, key=lambda st: st.total_s)
+
+
+def whole_model_s(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> float:
+    """One micro-batch through every layer and the output, as if on one stage, with EP overlap wherever the job
+    asks for it: the sum over the stages of their per-micro-batch times, or less, for any pp and vp."""
+    overlapped = job.moe_ep_overlap and layout.ep > 1 and layout.recompute != Recompute.full
+    return _stage(model, job, layout, gpu, links, params, memo, _whole_mix(model.layer_kinds), True, True,
+                  overlapped).total_s  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _whole_mix(kinds: tuple[LayerKind, ...]) -> tuple[tuple[LayerKind, int], ...]:
+    return tuple(sorted(Counter(kinds).items()))
+
+
+def _stage(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+    mix: tuple[tuple[LayerKind, int], ...],
+    first: bool,
+    last: bool,
+    overlapped: bool | None = None,
+) -> StageTimes:
+    """A stage holding `mix` layers of each kind, through the memo (`overlapped`: see `stage_times`)."""
+    lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
+
+    def times_of(kind: LayerKind) -> LayerTimes:
+        key = (*lkey, kind)
+        lt = memo.get(key) if memo is not None else None
+        if lt is None:
+            lt = layer_times(model, job, layout, gpu, links, params, kind, memo)
+            if memo is not None:
+                memo[key] = lt
+        return lt
+
+    if overlapped is None:
+        overlapped = overlap_allowed(job, layout, layout.recompute == Recompute.full)
+    skey = (*lkey, layout.recompute, overlapped, mix, first, last)
+    st = memo.get(skey) if memo is not None else None
+    if st is None:
+        mtp = times_of(mtp_kind(model)) if last and model.mtp_layers else None
+        st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), first, last, mtp,
+                         overlapped)  # fmt: skip
+        if memo is not None:
+            memo[skey] = st
+    return st
+
+
+def step_floor_s(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> float:
+    """The step's compute, exposed TP/CP/EP time and bubble (`step_time` less pipeline sends, data-parallel
+    traffic, optimizer and overhead): a lower bound on its step time that needs no parameter counts."""
+    total = slowest_stage(model, job, layout, gpu, links, params, memo).total_s
+    return (layout.grad_accum + (layout.pp - 1) / layout.vp) * total
+
+
+def _reductions(
+    sharding: Sharding, param_count: float, job: JobSpec, link: comm.Link, eff: float
+) -> tuple[float, float, float]:
+    """Seconds of a parameter set's data-parallel traffic: (per micro-batch, once under the backward, once under
+    the forward). FSDP gathers the weights twice and reduce-scatters the gradients per micro-batch; ZeRO-2
+    reduce-scatters per micro-batch and gathers once; ZeRO-1 reduce-scatters and gathers once; DDP all-reduces."""
+    grads = param_count * job.grad_bytes_per_param
+    weights = param_count * job.weight_bytes_per_param
+    if sharding == Sharding.fsdp:
+        return 2 * comm.all_gather_s(weights, link, eff) + comm.reduce_scatter_s(grads, link, eff), 0.0, 0.0
+    if sharding == Sharding.zero2:
+        return comm.reduce_scatter_s(grads, link, eff), 0.0, comm.all_gather_s(weights, link, eff)
+    if sharding == Sharding.zero1:
+        return 0.0, comm.reduce_scatter_s(grads, link, eff), comm.all_gather_s(weights, link, eff)
+    return 0.0, comm.all_reduce_s(grads, link, eff), 0.0

@@ -27,9 +27,11 @@ def field_conflicts(values: Mapping[str, object]) -> list[str]:
         problems.append("vp > 1 needs pp > 1")
     if pp == 1 and (values.get("first_stage_layers") or values.get("last_stage_layers")):
         problems.append("first_stage_layers/last_stage_layers need pp > 1")
-    degrees = [values.get(k) for k in ("tp", "cp", "dp", "ep", "etp")]
-    if all(isinstance(d, int) for d in degrees):
-        tp_, cp, dp, ep, etp = (int(str(d)) for d in degrees)
+    cp, dp, ep, etp = values.get("cp"), values.get("dp"), values.get("ep"), values.get("etp")
+    if isinstance(tp, int) and isinstance(cp, int) and isinstance(dp, int) and isinstance(ep, int) and isinstance(
+        etp, int
+    ):
+        tp_ = tp
         if (tp_ * cp * dp) % (etp * ep):
             problems.append(
                 f"etp*ep = {etp * ep} must divide tp*cp*dp = {tp_ * cp * dp} (Megatron's expert grid etp x ep x edp "
@@ -55,18 +57,25 @@ def pp_fits_layers(layers: int, pp: int) -> bool:
 
 def expert_problems(model: ModelSpec, layout: Layout) -> list[str]:
     """Megatron-Core's rules tying expert parallelism to the model (moe.md section 1.3)."""
+    problems = expert_degree_problems(model, layout.ep, layout.etp)
+    if model.moe is not None and layout.tp > 1 and not layout.sequence_parallel:
+        problems.append(f"tp ({layout.tp}) > 1 on an MoE model needs sequence_parallel (Megatron's MoELayer)")
+    return problems
+
+
+def expert_degree_problems(model: ModelSpec, ep: int, etp: int) -> list[str]:
+    """The rules on the expert degrees alone: experts divisible by ep, the expert width by etp, etp 1 when the
+    experts carry biases, no expert parallelism on a dense model."""
     moe = model.moe
     if moe is None:
-        return [] if layout.ep == layout.etp == 1 else ["ep/etp > 1 need a mixture-of-experts model"]
+        return [] if ep == etp == 1 else ["ep/etp > 1 need a mixture-of-experts model"]
     problems = []
-    if moe.experts % layout.ep:
-        problems.append(f"experts ({moe.experts}) not divisible by ep ({layout.ep})")
-    if moe.expert_ffn % layout.etp:
-        problems.append(f"expert_ffn ({moe.expert_ffn}) not divisible by etp ({layout.etp})")
-    if layout.etp > 1 and model.bias:
-        problems.append(f"etp ({layout.etp}) must be 1: the experts carry biases (Megatron: linear biases in MoE)")
-    if layout.tp > 1 and not layout.sequence_parallel:
-        problems.append(f"tp ({layout.tp}) > 1 on an MoE model needs sequence_parallel (Megatron's MoELayer)")
+    if moe.experts % ep:
+        problems.append(f"experts ({moe.experts}) not divisible by ep ({ep})")
+    if moe.expert_ffn % etp:
+        problems.append(f"expert_ffn ({moe.expert_ffn}) not divisible by etp ({etp})")
+    if etp > 1 and model.bias:
+        problems.append(f"etp ({etp}) must be 1: the experts carry biases (Megatron: linear biases in MoE)")
     return problems
 
 
@@ -108,9 +117,7 @@ def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -
 
 
 def check_layout(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> None:
-    """Raise a one-line InputError naming the broken rules (UnsupportedError for a shape the cost model does not
-    price yet)."""
-    model.require_dense("cost model", job.seq_len)
+    """Raise a one-line InputError naming the broken rules."""
     problems = layout_problems(model, job, layout, gpus)
     if problems:
         raise InputError("layout: " + "; ".join(problems))

@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Hashable
+from functools import lru_cache
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from optlayout.layout.model import Layout
+
+K = TypeVar("K", bound=Hashable)
+ChunkKinds = tuple[tuple[K, int], ...]
 
 
 def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
@@ -84,3 +90,52 @@ def rank_chunk_sizes(layers: int, vp: int, first: bool) -> list[int]:
     small, extra = divmod(layers, vp)
     sizes = [small] * (vp - extra) + [small + 1] * extra
     return sizes if first else sizes[::-1]
+
+
+def rank_layers(layers: int, layout: Layout) -> list[list[range]]:
+    """For each pipeline rank, the model layers (0-based indices) of each of its virtual chunks, in the order the
+    rank holds them: virtual stage s, the s-th block of `chunk_layer_counts` in model order, runs on rank s % pp."""
+    sizes = chunk_layer_counts(stage_split(layout, layers), layout.vp)
+    out: list[list[range]] = [[] for _ in range(layout.pp)]
+    start = 0
+    for s, n in enumerate(sizes):
+        out[s % layout.pp].append(range(start, start + n))
+        start += n
+    return out
+
+
+def rank_chunk_kinds(kinds: tuple[K, ...], layout: Layout) -> tuple[tuple[ChunkKinds[K], ...], ...]:
+    """For each pipeline rank and each of its virtual chunks, how many layers of each kind it holds (sorted
+    (kind, count) pairs), given every layer's kind in model order; cached per split."""
+    return _rank_chunk_kinds(kinds, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
+
+
+@lru_cache(maxsize=4096)
+def _rank_chunk_kinds(
+    kinds: tuple[K, ...], pp: int, vp: int, first: int | None, last: int | None
+) -> tuple[tuple[ChunkKinds[K], ...], ...]:
+    from optlayout.layout.model import Layout
+
+    split = Layout.unchecked(pp=pp, vp=vp, first_stage_layers=first, last_stage_layers=last)
+    return tuple(
+        tuple(tuple(sorted(Counter(kinds[j] for j in chunk).items())) for chunk in chunks)
+        for chunks in rank_layers(len(kinds), split)
+    )
+
+
+def rank_kinds(kinds: tuple[K, ...], layout: Layout) -> tuple[ChunkKinds[K], ...]:
+    """For each pipeline rank, how many layers of each kind it holds over all its chunks; cached per split."""
+    return _rank_kinds(kinds, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
+
+
+@lru_cache(maxsize=4096)
+def _rank_kinds(
+    kinds: tuple[K, ...], pp: int, vp: int, first: int | None, last: int | None
+) -> tuple[ChunkKinds[K], ...]:
+    out = []
+    for chunks in _rank_chunk_kinds(kinds, pp, vp, first, last):
+        held: Counter[K] = Counter()
+        for chunk in chunks:
+            held.update(dict(chunk))
+        out.append(tuple(sorted(held.items())))
+    return tuple(out)

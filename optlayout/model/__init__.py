@@ -4,6 +4,7 @@
 """
 
 from optlayout.model.attention import AttentionSpec
+from optlayout.model.layers import DENSE_LAYER, LayerKind
 from optlayout.model.moe import MoeSpec, parse_layer_freq
 
-__all__ = ["AttentionSpec", "MoeSpec", "parse_layer_freq"]
+__all__ = ["DENSE_LAYER", "AttentionSpec", "LayerKind", "MoeSpec", "parse_layer_freq"]

@@ -9,15 +9,18 @@ taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ran
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
 from optlayout.cost.comm import LinkSource
-from optlayout.cost.memory import param_count_per_stage, state_bytes_per_gpu
+from optlayout.cost.memory import memory_floor_bytes, stage_params_per_stage, stage_state_bytes
+from optlayout.cost.step import step_floor_s, whole_model_s
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
@@ -139,11 +142,15 @@ class CostTable:
         self._links: dict[tuple[int, ...], GroupLinks] = {}
         self._memo: dict[tuple[object, ...], object] = {}
 
-    def candidate(self, layout: Layout) -> Candidate:
+    def links(self, layout: Layout) -> GroupLinks:
         key = grid_key(layout)
         links = self._links.get(key)
         if links is None:
             links = self._links[key] = group_links(self.topology, layout)
+        return links
+
+    def candidate(self, layout: Layout) -> Candidate:
+        links = self.links(layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
         ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
@@ -154,17 +161,17 @@ class CostTable:
     def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
         """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
         recomputation and schedule of the same degrees and sharding (activations only add)."""
-        param_count_on_gpu = max(param_count_per_stage(self.model, layout))
-        state = sum(state_bytes_per_gpu(param_count_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
+        state = max(sum(stage_state_bytes(p, self.job, layout)) for p in stage_params_per_stage(self.model, layout))
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
     def throughput_bound(self, group: LayoutGroup) -> float:
         """An upper bound on the cluster tokens/s of every layout of the group: the step is at least the
-        compute, exposed TP/CP time and bubble of its cheapest variant, each term of which recomputation and
-        the lack of sequence parallelism only raise; sharding changes none of them; goodput only lowers it."""
+        compute, exposed TP/CP/EP time and bubble of its cheapest variant, each term of which recomputation and
+        the lack of sequence parallelism only raise (an exposed all-to-all that EP overlap hides under a longer
+        recomputed compute still leaves compute + exposed no shorter); sharding changes none of them; goodput only
+        lowers it."""
         cheapest = group.cheapest_variant()
-        times = self.candidate(cheapest).evaluation.times
-        floor_s = times.compute_s + times.tp_comm_s + times.cp_comm_s + times.bubble_s
+        floor_s = step_floor_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params, self._memo)
         return cheapest.global_batch * self.job.seq_len / floor_s
 
     def evaluated_candidates(
@@ -176,27 +183,41 @@ class CostTable:
         linearly, and the in-flight count mb x min(warm-up, ga x v) with ga = batch / (mb x dp) never falls);
         (3) with `k`, branch and bound: groups (layouts sharing all but sharding, recomputation and sequence
         parallelism) are taken best `throughput_bound` first, and the walk stops once a group's bound falls
-        below the k-th best feasible layout found (with a margin for the objective's integer rounding).
+        below the k-th best feasible layout found (with a margin for the objective's integer rounding); the
+        groups sharing tp, cp, micro-batch, ep and etp are bounded together first (`node_bound`, at least every
+        member's bound), and a node's groups are bounded one by one only when the node comes first.
         Returns the evaluated candidates (some may not fit) and the number of legal layouts."""
         groups = list(groups)
         seen = sum(len(g) for g in groups)
-        ordered: list[tuple[float, LayoutGroup]] = [(math.inf, g) for g in groups]
-        if k is not None:
-            ordered = sorted(((self.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
+        ordered = self._best_first(groups) if k is not None else ((math.inf, g) for g in groups)
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
-        margin = 2.0 * (ordered[0][0] if ordered and k is not None else 0.0) / THROUGHPUT_RESOLUTION
+        first_bound, ordered = _peek(ordered)
+        margin = 2.0 * (first_bound if k is not None else 0.0) / THROUGHPUT_RESOLUTION
         best_by_layout: dict[tuple[object, ...], float] = {}
         state_ok: dict[tuple[object, ...], bool] = {}
         overflow_mb: dict[tuple[object, ...], int] = {}
         out: list[Candidate] = []
         capacity_bytes = limits.memory_capacity_bytes
         capacity_mib = int(capacity_bytes // MIB)
+        kth, stale = -math.inf, True  # the k-th best feasible throughput; stale once a better one is found
         for bound, group in ordered:
             if k is not None and len(best_by_layout) >= k:
-                kth = sorted(best_by_layout.values(), reverse=True)[k - 1]
+                if stale:
+                    kth, stale = heapq.nlargest(k, best_by_layout.values())[-1], False
                 if bound < kth - margin:
                     break  # every remaining group is bounded below the k-th best: none can enter the top k
+            floors: dict[tuple[Recompute, bool], float] = {}  # sharding changes no term of the floor
             for lay in group.layouts():
+                if k is not None and len(best_by_layout) >= k and lay.recompute != Recompute.none:
+                    # a recomputing variant is bounded by its own step floor (the group's is its cheapest's)
+                    fkey = (lay.recompute, lay.sequence_parallel)
+                    own = floors.get(fkey)
+                    if own is None:
+                        floor_s = step_floor_s(self.model, self.job, lay, self.gpu, self.links(lay), self.params,
+                                               self._memo)  # fmt: skip
+                        own = floors[fkey] = lay.global_batch * self.job.seq_len / floor_s
+                    if own < kth - margin:
+                        continue
                 skey = state_key(lay)
                 ok = state_ok.get(skey)
                 if ok is None:
@@ -207,14 +228,57 @@ class CostTable:
                 mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
                 if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                     continue
+                if memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo)) > capacity_mib:
+                    overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
+                    continue  # its first stage alone overflows: it cannot fit
                 cand = self.candidate(lay)
                 if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
                     overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
                 elif passes_limits(cand, limits):
                     ident = layout_identity(lay)
                     best_by_layout[ident] = max(best_by_layout.get(ident, 0.0), cand.cluster_tokens_per_s)
+                    stale = stale or best_by_layout[ident] > kth
                 out.append(cand)
         return out, seen
+
+    def node_bound(self, members: list[LayoutGroup]) -> float:
+        """An upper bound on the cluster tokens/s of every layout of groups sharing tp, cp, micro-batch, ep and etp:
+        a step is at least its micro-batches times the slowest stage, at least the average stage, which is the
+        whole model's per-micro-batch time over pp (`whole_model_s`, EP overlap wherever asked): tokens/s <=
+        micro-batch x sequence x dp x pp / that time."""
+        cheapest = members[0].cheapest_variant()
+        whole = whole_model_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params, self._memo)
+        most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in members)
+        return cheapest.micro_batch * self.job.seq_len * most / whole
+
+    def _best_first(self, groups: list[LayoutGroup]) -> Iterator[tuple[float, LayoutGroup]]:
+        """Groups in decreasing `throughput_bound`, bounding a node's groups only once the node's bound leads."""
+        nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
+        for g in groups:
+            d = g.degrees
+            nodes.setdefault((d["tp"], d["cp"], d["micro_batch"], d["ep"], d["etp"]), []).append(g)
+        heap: list[tuple[float, int, LayoutGroup | list[LayoutGroup]]] = []
+        for i, members in enumerate(nodes.values()):
+            heap.append((-self.node_bound(members), i, members))
+        heapq.heapify(heap)
+        count = len(heap)
+        while heap:
+            priority, _, entry = heapq.heappop(heap)
+            if isinstance(entry, list):
+                for g in entry:
+                    count += 1
+                    heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, g))
+            else:
+                yield -priority, entry
+
+
+def _peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
+    """The first item's bound (0 when empty), and the items again."""
+    it = iter(items)
+    first = next(it, None)
+    if first is None:
+        return 0.0, iter(())
+    return first[0], itertools.chain([first], it)
 
 
 @dataclass(frozen=True)

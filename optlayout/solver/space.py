@@ -15,7 +15,13 @@ from typing import Any
 from optlayout.errors import InputError
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import SEARCHED_AXES, Layout, Recompute, Sharding
-from optlayout.layout.rules import cp_fits_sequence, expert_problems, field_conflicts, pp_fits_layers, tp_fits_heads
+from optlayout.layout.rules import (
+    cp_fits_sequence,
+    expert_degree_problems,
+    field_conflicts,
+    pp_fits_layers,
+    tp_fits_heads,
+)
 from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits
 from optlayout.specs import JobSpec, ModelSpec
 
@@ -108,9 +114,7 @@ def tp_choices(model: ModelSpec, gpus: int, domain_size: int, options: SpaceOpti
     ]
 
 
-def expert_choices(
-    model: ModelSpec, tp: int, stage_gpus: int, domain_size: int, options: SpaceOptions
-) -> list[tuple[int, int]]:
+def expert_choices(model: ModelSpec, stage_gpus: int, domain_size: int, options: SpaceOptions) -> list[tuple[int, int]]:
     """(ep, etp) pairs of an MoE model over a stage of `stage_gpus` = tp x cp x dp GPUs: etp x ep divides them
     (Megatron's expert grid), ep divides the experts, etp the expert width (1 with expert biases) and stays in
     the NVLink domain as tp does; (1, 1) for a dense model."""
@@ -124,7 +128,7 @@ def expert_choices(
         for ep in _divisors(stage_gpus // etp):
             if not _allowed(options, "ep", ep):
                 continue
-            if not expert_problems(model, Layout(tp=tp, ep=ep, etp=etp, dp=stage_gpus // tp, sequence_parallel=tp > 1)):
+            if not expert_degree_problems(model, ep, etp):
                 out.append((ep, etp))
     return out
 
@@ -153,14 +157,15 @@ class LayoutGroup:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
 
     def layouts(self) -> Iterator[Layout]:
+        # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
-            yield Layout(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sp)
+            yield Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sp)
 
     def cheapest_variant(self) -> Layout:
         """No recomputation, sequence-parallel elementwise work, no sharding: the variant whose compute,
         exposed TP/CP time and bubble are the least of the group's (it may itself be excluded by a pin)."""
         tp = self.degrees["tp"]
-        return Layout(**self.degrees, sequence_parallel=tp is not None and tp > 1)
+        return Layout.unchecked(**self.degrees, sequence_parallel=tp is not None and tp > 1)
 
 
 def enumerate_layouts(
@@ -225,8 +230,8 @@ def _groups(
         group_shardings = shardings if dp * cp > 1 else tuple(s for s in shardings if s == Sharding.none)
         if not group_shardings:
             continue
-        experts = expert_choices(model, tp, tp * cp * dp, domain_size, options)
-        for (ep, etp), mb in itertools.product(experts, range(1, options.max_micro_batch + 1)):
+        experts = expert_choices(model, tp * cp * dp, domain_size, options)
+        for mb in range(1, options.max_micro_batch + 1):
             if mb * dp > hi or not _allowed(options, "micro_batch", mb):
                 continue
             for vp in vps:
@@ -235,10 +240,11 @@ def _groups(
                 for ga in _grad_accums(mb * dp, lo, hi, pp, vp, options):
                     if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
                         continue
-                    degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "ep": ep, "etp": etp,
-                               "micro_batch": mb, "grad_accum": ga, "first_stage_layers": first,
-                               "last_stage_layers": last}  # fmt: skip
-                    yield LayoutGroup(degrees, group_shardings, recomputes, sps)
+                    for ep, etp in experts:
+                        degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "ep": ep, "etp": etp,
+                                   "micro_batch": mb, "grad_accum": ga, "first_stage_layers": first,
+                                   "last_stage_layers": last}  # fmt: skip
+                        yield LayoutGroup(degrees, group_shardings, recomputes, sps)
 
 
 def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: SpaceOptions) -> list[int]:

@@ -1,0 +1,106 @@
+"""The attention block of one layer on one TP rank, by kind: grouped-query or multi-latent (MLA), full causal or
+sliding-window context. Shapes for the step time (GEMMs, core widths, context) and the bytes kept for backward.
+
+Multi-latent attention as Megatron-Core's `MLASelfAttention` runs it: the down projections (`linear_q_down_proj`,
+`linear_kv_down_proj`, with the rotary key) and their latent norms are duplicated on every TP rank and see the
+whole (sequence-gathered) micro-batch; the up projections split the heads over TP, as does the output projection.
+Its core attention has score width heads x (qk_head_dim + qk_rope_head_dim) and value width heads x v_head_dim
+(192 and 128 per head for DeepSeek-V3). A sliding-window layer attends to its mean causal window
+(`sliding_window_context`), as Megatron-Bridge's FLOP counter does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optlayout.cost.flops import sliding_window_context
+from optlayout.model.layers import DENSE_LAYER, LayerKind
+from optlayout.specs import ModelSpec
+
+ACT_BYTES = 2  # 16-bit activations
+__all__ = ["DENSE_LAYER", "LayerKind"]
+
+
+def mtp_kind(model: ModelSpec) -> LayerKind:
+    """A multi-token-prediction module's block: the last layer's kind, with full attention (Megatron)."""
+    return LayerKind(model.mtp_block_is_moe, False)
+
+
+def kv_width_per_rank(model: ModelSpec, tp: int) -> float:
+    """Key (or value) width one TP rank holds: kv_heads / tp heads, or one replicated head when tp > kv_heads
+    (Megatron replicates query groups so that each rank has one)."""
+    return max(model.kv_width / tp, float(model.head_size))
+
+
+def attention_gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[float, float]]:
+    """(n, k) of each GEMM of the attention block on one TP rank; m is the micro-batch's tokens on the CP rank."""
+    h = model.hidden
+    if model.attention.kind != "mla":
+        dq = model.q_width
+        return [(dq / tp + 2 * kv_width_per_rank(model, tp), h), (h, dq / tp)]
+    att, n = model.attention, model.heads
+    score, value = n * model.head_size, model.value_width
+    kv_rank, rope = float(att.kv_lora_rank or 0), float(att.qk_rope_head_dim or 0)
+    q_rank = float(att.q_lora_rank or 0)
+    query = [(q_rank, h), (score / tp, q_rank)] if q_rank else [(score / tp, h)]
+    nope = n * float(att.qk_head_dim or 0)
+    return [*query, (kv_rank + rope, h), ((nope + value) / tp, kv_rank), (h, value / tp)]
+
+
+def core_widths(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """(score width, value width) of the attention core on one TP rank (GQA: both the query width)."""
+    return model.q_width / tp, model.value_width / tp
+
+
+def context(model: ModelSpec, seq_len: int, causal: bool, kind: LayerKind) -> float:
+    """Keys a query attends to on average: half the sequence (causal), the whole, or the mean causal window."""
+    window = model.attention.sliding_window
+    if kind.windowed and window is not None and window < seq_len:
+        return sliding_window_context(window, seq_len)
+    return seq_len * (0.5 if causal else 1.0)
+
+
+def mla_latent_elementwise_bytes(model: ModelSpec) -> float:
+    """Bytes per token of MLA's two latent norms (read and write, 2 B each, as the hidden norms are priced)."""
+    att = model.attention
+    return 4.0 * ((att.q_lora_rank or 0) + (att.kv_lora_rank or 0)) if att.kind == "mla" else 0.0
+
+
+@dataclass(frozen=True)
+class AttentionActivations:
+    """Bytes the attention block keeps for backward per micro-batch on one GPU, by how they split."""
+
+    split: float  # divided over TP: Q, K, V, the core's internals, the output projection's input
+    unsplit: float  # whole on every TP rank: MLA's latents (its down projections are duplicated)
+
+
+def attention_activation_bytes(
+    model: ModelSpec, tokens: float, seq_len: int, tp: int, naive: bool, selective: bool, dropout: bool
+) -> AttentionActivations:
+    """Attention's saved tensors (Korthikanti et al. 2022 generalized to GQA; MLA's up-projection outputs and
+    latents); `selective` drops the core's internals (recomputed from Q, K, V)."""
+    drop = 1 if dropout else 0
+    if model.attention.kind == "mla":
+        att, n = model.attention, model.heads
+        qk, v = n * model.head_size, model.value_width
+        qkv = ACT_BYTES * tokens * (2 * qk + v)  # Q, K (rotary key broadcast to the heads), V
+        proj_in = ACT_BYTES * tokens * v
+        q_rank, kv_rank, rope = att.q_lora_rank or 0, att.kv_lora_rank or 0, att.qk_rope_head_dim or 0
+        latents = ACT_BYTES * tokens * (2 * q_rank + (kv_rank + rope) + kv_rank)  # down outputs and normed latents
+    else:
+        dq = model.q_width
+        kv_kept = kv_width_per_rank(model, tp) * tp  # kv heads fewer than tp are replicated, one per rank
+        if naive and not selective:
+            # GQA: the unfused core repeat_interleaves K and V to every query head before its matmuls, which save
+            # the repeated copies (Megatron's DotProductAttention, HF eager attention); selective recompute keeps
+            # the core's unrepeated inputs. A no-op for MHA.
+            kv_kept = dq
+        qkv = ACT_BYTES * tokens * (dq + 2 * kv_kept)
+        proj_in = ACT_BYTES * tokens * dq
+        latents = 0.0
+    # naive: the softmax output (2 B), and with dropout its mask (1 B) and output (2 B), per score; IO-aware:
+    # an fp32 log-sum-exp per query and head
+    internal = model.heads * tokens * seq_len * (ACT_BYTES + 3 * drop) if naive else 4.0 * model.heads * tokens
+    if selective:
+        internal = 0.0  # recomputed from Q, K, V
+    return AttentionActivations(qkv + internal + proj_in, latents)

@@ -1,0 +1,238 @@
+"""The mixture-of-experts FFN block of one layer: its step time and the bytes it keeps, on one GPU.
+
+The block as Megatron-Core's `MoELayer` runs it with the `alltoall` dispatcher (moe.md sections 1.5, 5.3): the
+layer input is the sequence-parallel shard, T_loc = s x b / (tp x cp) tokens; the router (h x E GEMM, softmax,
+top-k) picks k experts per token; the k copies are permuted, dispatched over the EP group (all-to-all), gathered
+over the expert-TP group (each member then holds etp x T_loc x k rows), sorted by local expert, run through the
+E / ep local experts' grouped GEMMs (each expert's FFN split over etp), sorted back, reduce-scattered over
+expert-TP, combined (all-to-all back) and un-permuted. The backward moves the same tensors the other way, in 16
+bits. Shared experts run as a dense MLP of their total width, tensor-parallel like the attention. With the `flex`
+dispatcher (DeepEP/HybridEP) a token moves once per destination rank, r = ep (1 - C(E - E/ep, k) / C(E, k))
+expected under uniform routing, and is dispatched in FP8 in FP8 jobs (moe.md 5.3).
+
+Load: balanced routing (forced, benchmarks) gives each expert T_loc x k x ep / E rows per rank; real routing
+multiplies the busiest rank's rows by `CostParams.real_routing_imbalance` (GEMMs, received all-to-all bytes,
+routed activations). Activations follow the Megatron-MoE-ModelZoo estimator (moe.md 5.7): router probabilities and
+the routing map over E per token, the permuted tokens, the experts' FFN internals, the combine output; not divided
+by ep (EP exchanges tokens, it does not remove them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from optlayout.cost import comm
+from optlayout.cost.attention import ACT_BYTES
+from optlayout.cost.params import CostParams
+from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
+
+_MLP_VALUES = {"swiglu": 3, "gelu": 2, "relu2": 2}  # saved FFN internals per unit of width (fused SwiGLU: 3)
+
+
+def imbalance(job: JobSpec, params: CostParams) -> float:
+    """Busiest rank's routed load / the mean: 1 when the benchmark forces balance, else the real-routing figure."""
+    return 1.0 if job.moe_routing == "balanced" else params.real_routing_imbalance
+
+
+def distinct_ranks(experts: int, ep: int, top_k: int) -> float:
+    """Expected distinct EP ranks a token's top_k experts fall on under uniform routing (moe.md 5.3)."""
+    local = experts // ep
+    miss = 1.0
+    for i in range(top_k):  # C(E - E/ep, k) / C(E, k), one factor at a time
+        miss *= max(experts - local - i, 0) / (experts - i)
+    return ep * (1.0 - miss)
+
+
+def local_tokens(job: JobSpec, layout: Layout) -> float:
+    """Tokens of one micro-batch entering an MoE layer on one GPU: the sequence-parallel shard (SP is mandatory
+    with tp > 1 on MoE)."""
+    return job.seq_len * layout.micro_batch / (layout.cp * layout.tp)
+
+
+@dataclass(frozen=True)
+class MoeTimes:
+    """The MoE FFN block of one layer, one micro-batch, one GPU, forward (seconds; the backward from these)."""
+
+    gemm_s: float  # router, routed experts (grouped), shared experts
+    elementwise_s: float  # expert activations, (un)permutation, router softmax/top-k, FP8 casts
+    comm_fwd_s: float  # dispatch and combine all-to-all, expert-TP gather and reduce-scatter
+    comm_bwd_s: float
+    tp_all_reduces: int  # TP collectives of the block (the shared experts' gather/reduce-scatter)
+
+
+def grouped_gemm_s(
+    groups: int, m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, params: CostParams
+) -> float:
+    """One grouped GEMM over `groups` experts of m x k @ k x n each: per expert the dense GEMM model (its own tile
+    padding of m, its weights' bytes) at the grouped rate, launched once."""
+    from optlayout.cost.step import gemm_s
+
+    if groups <= 0 or m <= 0:
+        return 0.0
+    one = gemm_s(m, n, k, flops_per_s * params.grouped_gemm_efficiency_ratio, gpu, params) - params.kernel_overhead_s
+    return groups * one + params.kernel_overhead_s
+
+
+def moe_times(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> MoeTimes:
+    """Forward pieces of the MoE FFN block of one layer (see the module docstring): the shared experts and the
+    routed part (`routed_times`)."""
+    routed = routed_times(model, job, layout, gpu, links, params, memo)
+    shared = shared_expert_times(model, job, layout, gpu, params)
+    return MoeTimes(routed.gemm_s + shared.gemm_s, routed.elementwise_s + shared.elementwise_s, routed.comm_fwd_s,
+                    routed.comm_bwd_s, shared.tp_all_reduces)  # fmt: skip
+
+
+def shared_expert_times(model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, params: CostParams) -> MoeTimes:
+    """The shared experts of one MoE layer: a dense MLP of their total width, tensor-parallel, on the gathered
+    sequence (one TP collective each way, as a dense MLP's); zero without shared experts."""
+    from optlayout.cost.step import gemm_s
+
+    moe = model.moe
+    assert moe is not None
+    shared = moe.shared_experts * moe.shared_width / layout.tp
+    if not shared:
+        return MoeTimes(0.0, 0.0, 0.0, 0.0, 0)
+    h = model.hidden
+    tokens = job.seq_len * layout.micro_batch / layout.cp
+    gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
+    gemms = gemm_s(tokens, (model.mlp_matrices - 1) * shared, h, gemm_rate, gpu, params)
+    gemms += gemm_s(tokens, h, shared, gemm_rate, gpu, params)
+    ffn_bytes = params.elementwise_bytes_per_token_ffn * tokens * shared
+    if job.precision == "fp8":
+        ffn_bytes += params.fp8_cast_bytes_per_element * tokens * (h + shared)
+    elementwise = ffn_bytes / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency) + 3 * params.kernel_overhead_s
+    return MoeTimes(gemms, elementwise, 0.0, 0.0, 1)
+
+
+def routed_times(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> MoeTimes:
+    """The router and routed experts of one MoE layer; `memo` (the step model's) keeps them by what they depend on,
+    the tokens per GPU and the expert degrees (the EP group's link follows from ep and etp)."""
+    t_loc = local_tokens(job, layout)
+    key = ("routed", t_loc, layout.ep, layout.etp)
+    routed = memo.get(key) if memo is not None else None
+    if routed is None:
+        routed = _routed_times(model, job, layout, gpu, links, params, t_loc)
+        if memo is not None:
+            memo[key] = routed
+    return routed
+
+
+def _routed_times(
+    model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, links: comm.GroupLinks, params: CostParams,
+    t_loc: float,
+) -> MoeTimes:
+    """The router and the routed experts of one MoE layer on one GPU holding `t_loc` tokens."""
+    from optlayout.cost.step import gemm_s
+
+    moe = model.moe
+    assert moe is not None
+    h, k, experts = model.hidden, moe.top_k, moe.experts
+    load = imbalance(job, params)
+    rows = t_loc * k * layout.etp * load  # routed rows this rank's experts run (after the expert-TP gather)
+    local_experts = experts // layout.ep
+    width = moe.expert_ffn / layout.etp
+    gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
+    up = model.mlp_matrices - 1
+    per_expert = rows / local_experts
+    gemms = gemm_s(t_loc, experts, h, gemm_rate, gpu, params)  # the router
+    gemms += grouped_gemm_s(local_experts, per_expert, up * width, h, gemm_rate, gpu, params)
+    gemms += grouped_gemm_s(local_experts, per_expert, h, width, gemm_rate, gpu, params)
+    passes = 2 if local_experts > 1 else 1  # the sort by local expert vanishes when ep = experts
+    permute = params.moe_permute_bytes_per_element * h * (t_loc * k + (passes - 1) * rows) * 2  # there and back
+    router = 8.0 * t_loc * experts  # softmax/sigmoid and top-k over fp32 logits: read and write 4 B
+    ffn_bytes = params.elementwise_bytes_per_token_ffn * rows * width
+    casts = params.fp8_cast_bytes_per_element * rows * (h + width) if job.precision == "fp8" else 0.0
+    elementwise = (permute + router + ffn_bytes + casts) / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
+    fwd, bwd = _comm_s(model, job, layout, links, params, t_loc, load)
+    return MoeTimes(gemms, elementwise + 6 * params.kernel_overhead_s, fwd, bwd, 0)
+
+
+def _comm_s(
+    model: ModelSpec, job: JobSpec, layout: Layout, links: comm.GroupLinks, params: CostParams, t_loc: float,
+    load: float,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the block's token exchange: two all-to-alls each way over the EP group, and
+    the expert-TP all-gather and reduce-scatter of the routed rows (the busiest rank receives `load` x the mean)."""
+    moe = model.moe
+    assert moe is not None
+    h, k = model.hidden, moe.top_k
+    eff, a2a_eff = params.collective_efficiency, params.all_to_all_efficiency
+    flex = job.moe_dispatcher == "flex"
+    copies = distinct_ranks(moe.experts, layout.ep, k) * layout.etp if flex else k  # flex sends to every ETP rank
+    dispatch_bytes = 1.0 if flex and job.precision == "fp8" else float(ACT_BYTES)
+    moved = t_loc * copies * h * load
+
+    def a2a(bytes_per_element: float) -> float:
+        return comm.all_to_all_s(moved * bytes_per_element, links.ep, a2a_eff)
+
+    etp_gather = layout.etp * t_loc * k * h * load
+    if flex:  # the fused dispatcher reaches every expert-TP rank itself: no separate gather
+        etp_fwd = etp_bwd = 0.0
+    else:
+        etp_fwd = comm.all_gather_s(etp_gather * ACT_BYTES, links.etp, eff)
+        etp_fwd += comm.reduce_scatter_s(etp_gather * ACT_BYTES, links.etp, eff)
+        etp_bwd = etp_fwd
+    forward = a2a(dispatch_bytes) + a2a(ACT_BYTES) + etp_fwd
+    backward = 2 * a2a(ACT_BYTES) + etp_bwd
+    return forward, backward
+
+
+def overlap_allowed(job: JobSpec, layout: Layout, full_recompute: bool) -> bool:
+    """Megatron's --overlap-moe-expert-parallel-comm applies: asked for, ep > 1, vp > 1 when pp > 1, no full
+    recomputation (transformer_config.py, moe.md 1.3)."""
+    return job.moe_ep_overlap and layout.ep > 1 and (layout.pp == 1 or layout.vp > 1) and not full_recompute
+
+
+def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool) -> float:
+    """The token exchange left exposed: all of it, or with EP overlap what another micro-batch's compute of the
+    same layer cannot hide (the 1F1B all-to-all overlap pairs one micro-batch's forward with another's backward)."""
+    return max(0.0, comm_s - compute_s) if overlapped else comm_s
+
+
+def moe_activation_bytes(model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams) -> tuple[float, float]:
+    """(split over TP, per GPU) bytes the MoE FFN block keeps for backward per micro-batch: the shared experts'
+    internals split over TP like a dense MLP; the router's outputs, the permuted tokens, the routed experts'
+    internals (expert width over etp) and the combine output per GPU (ModelZoo's estimator, moe.md 5.7)."""
+    moe = model.moe
+    assert moe is not None
+    h, k, experts = model.hidden, moe.top_k, moe.experts
+    tokens = job.seq_len * layout.micro_batch / layout.cp
+    t_loc = local_tokens(job, layout)
+    rows = t_loc * k * layout.etp * imbalance(job, params)
+    values = _MLP_VALUES[model.mlp]
+    shared = ACT_BYTES * tokens * moe.shared_experts * moe.shared_width * values
+    router = t_loc * experts * (ACT_BYTES + 8)  # probabilities (16-bit) and the int64 routing map
+    routed = ACT_BYTES * rows * (h + moe.expert_ffn / layout.etp * values)  # permuted tokens, fc1 out, activation
+    combine = ACT_BYTES * t_loc * k * h
+    return shared, router + routed + combine
+
+
+def expert_params_per_gpu(model: ModelSpec, layout: Layout, moe_layers: int) -> float:
+    """Routed-expert parameters one GPU holds for `moe_layers` MoE layers: all experts over etp x ep."""
+    if model.moe is None or moe_layers <= 0:
+        return 0.0
+    return moe_layers * model.moe.experts * model.expert_param_count / (layout.etp * layout.ep)
+
+
+def dense_moe_params_per_rank(model: ModelSpec, tp: int) -> float:
+    """The non-routed FFN parameters of one MoE layer on one TP rank: shared experts (TP-split) and the router
+    (replicated)."""
+    return model.shared_expert_param_count / tp + model.router_param_count
+
