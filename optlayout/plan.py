@@ -50,7 +50,7 @@ class PlannedLayout(BaseModel):
         return megatron_args(model, job, self.layout, gpus_per_node)
 
     def to_torchtitan_toml(self) -> str:
-        return self.emit("torchtitan")
+        return self.emit("torchtitan", torchtitan_version="0.2.2")
 
     def to_deepspeed_config(self) -> dict[str, Any]:
         return json.loads(self.emit("deepspeed"))

@@ -80,7 +80,7 @@ def _check_version(version: str) -> str:
 
 
 def torchtitan_config(
-    model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8, version: str = "0.2.2"
+    model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8, version: str = CURRENT_TORCHTITAN
 ) -> Config:
     """Section -> key -> value of a complete torchtitan job config (v0.2.2 key names; `torchtitan_python`
     writes the same values as 0.3.0 code)."""
