@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import io
 import os
+import platform
 import random
 import subprocess
 import sys
@@ -143,9 +144,12 @@ def main() -> None:
             mismatched.append(f"{label}: {'; '.join(diff)}")
         else:
             accepted += 1
+    import torch
+
     lines = [
         f"Megatron-LM {commit}, `parse_args` + `validate_args` on CPU (shims: typing.override, GPU arch 9); "
-        f"`python benchmarks/megatron_lm_args.py --megatron-lm PATH --sample {opts.sample} --seed {opts.seed}`",
+        f"`python benchmarks/megatron_lm_args.py --megatron-lm PATH --sample {opts.sample} --seed {opts.seed}`; "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
         "",
         f"- {len(todo)} emitted flag sets ({len(PLANS)} test plans less those Megatron refuses by rule, and "
         f"{opts.sample} random emitted layouts of each of {', '.join(m for m, _, _ in MODELS)})",

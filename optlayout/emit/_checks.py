@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optlayout.cost.memory import stage_layer_counts
+from optlayout.cost.memory import stage_layer_counts, state_bytes_per_gpu
 from optlayout.errors import OptlayoutError
 from optlayout.specs import JobSpec, Layout, ModelSpec, Sharding
 
@@ -81,12 +81,8 @@ def gradient_dtype(job: JobSpec, who: str) -> str:
 
 
 def planned_state_bytes(job: JobSpec, layout: Layout) -> float:
-    """Training-state bytes per parameter the memory model counts on a GPU (`state_bytes_per_gpu` per parameter)."""
-    d = layout.dp * layout.cp
-    w = job.weight_bytes_per_param / (d if layout.sharding is Sharding.fsdp else 1)
-    g = job.grad_bytes_per_param / (d if layout.sharding in (Sharding.zero2, Sharding.fsdp) else 1)
-    o = job.optimizer_bytes_per_param / (d if layout.sharding is not Sharding.none else 1)
-    return w + g + o
+    """Training-state bytes per parameter the memory model counts on a GPU (sharded over dp x cp as planned)."""
+    return sum(state_bytes_per_gpu(1.0, job, layout.sharding, layout.dp * layout.cp))
 
 
 def fsdp2_state_bytes(shard: int, keep_gathered: bool) -> float:
