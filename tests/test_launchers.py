@@ -12,6 +12,7 @@ data-parallel unit a PipelineModule hands it when the plan pipelines.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -267,6 +268,61 @@ def _check_stages(plan, par, pdims, model_cfg, model):
     assert per_stage == chunk_layer_counts(_counts(plan), plan.lay.vp)
     single = issubclass(get_schedule_class(par.pipeline_parallel_schedule), PipelineScheduleSingle)
     assert (len(parts) // plan.lay.pp == 1) == single
+
+
+@pytest.mark.parametrize("plan", [p for p in PLANS if p.lay.pp == 1], ids=[p.name for p in PLANS if p.lay.pp == 1])
+def test_torchtitan_030_parallelizes_the_plans_degrees(plan, tmp_path, monkeypatch):
+    """torchtitan's own parallelize_llama applies the emitted degrees (TP, CP, FSDP over dp_shard x cp, HSDP with a
+    shard group of one for sharding=none) under PyTorch's fake process group, to its debug model on the meta device
+    (the plan's model would not change the mesh). Run with the DTensor backend: the default spmd_types backend
+    fails inside fully_shard in this CPU harness with torch 2.13 for every layout, FSDP+TP included."""
+    text = _emitted(plan, "torchtitan@0.3.0")
+    if text is None:
+        return
+    require("triton", "torchtitan 0.3.0's recipes import it; pip install '.[launchers]'")
+    manager = require("torchtitan.config.manager")
+    dims = require("torchtitan.distributed.parallel_dims")
+    dist_utils = require("torchtitan.distributed.utils")
+    registry = require("torchtitan.models.llama3.config_registry")
+    float8 = require("torchtitan.components.quantization.float8")
+    torch = require("torch")
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    monkeypatch.setattr(float8, "has_cuda_capability", lambda *a: True)
+    monkeypatch.setattr(dims, "device_type", "cpu")
+    name = "optlayout_mesh_" + plan.name.replace("-", "_")
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    emitted = manager.ConfigManager().parse_args(["--module", name, "--config", "optlayout_job"])
+    debug = registry.llama3_debugmodel()
+    debug.parallelism = emitted.parallelism
+    debug.parallelism.spmd_backend = "full_dtensor"
+    debug.activation_checkpoint = emitted.activation_checkpoint
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.lay.gpus)
+    try:
+        pdims = dims.ParallelDims.from_config(debug.parallelism, plan.lay.gpus)
+        pdims.build_mesh()
+        dist_utils.set_spmd_backend(debug.parallelism.spmd_backend)
+        model_cfg = debug.model_spec.model
+        model_cfg.update_from_config(config=debug)
+        with torch.device("meta"):
+            model = model_cfg.build()
+        model = debug.model_spec.parallelize_fn(
+            model, parallel_dims=pdims, training=debug.training, parallelism=debug.parallelism,
+            compile_config=debug.compile, ac_config=debug.activation_checkpoint, dump_folder=str(tmp_path),
+        )  # fmt: skip
+        weight = next(p for n, p in model.named_parameters() if n.endswith("attention.wo.weight"))  # AC wraps names
+        mesh = weight.device_mesh
+        sizes = dict(zip(mesh.mesh_dim_names, mesh.shape, strict=True))
+        lay = plan.lay
+        assert sizes.get("tp", 1) == lay.tp
+        replicate = sizes.get("dp_replicate", 1)
+        shard = math.prod(v for k, v in sizes.items() if k.startswith(("dp_shard", "fsdp")))
+        assert replicate * shard == lay.dp * lay.cp  # FSDP2 over dp_shard x cp, replicas over dp_replicate
+        assert shard == (lay.cp if lay.sharding.value == "none" else lay.dp * lay.cp)
+    finally:
+        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- torchtitan 0.2.2 (its own install)
