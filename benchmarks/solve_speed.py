@@ -21,7 +21,7 @@ from typing import Any
 
 from _results import publish
 
-from optlayout.api import solve
+from optlayout.planning import solve
 from optlayout.presets import model_preset
 from optlayout.solver.oracle import rank_every_layout
 from optlayout.specs import JobSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from optlayout.layout_text import parse_layout
+from optlayout.layout import parse_layout
 from optlayout.presets import model_preset
 from optlayout.specs import JobSpec, Layout, ModelSpec
 

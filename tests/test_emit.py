@@ -26,7 +26,7 @@ from optlayout.emit import (
 )
 from optlayout.emit.torchtitan import module_fqns
 from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout, parse_layout
+from optlayout.layout import format_layout, parse_layout
 from optlayout.presets import model_preset
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 

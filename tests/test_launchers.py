@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from optlayout.cost.memory import chunk_layer_counts, stage_layer_counts
 from optlayout.errors import OptlayoutError
+from optlayout.layout.stages import chunk_layer_counts, stage_layer_counts
 from tests.conftest import FIXTURES, require
 from tests.launcher_plans import LAUNCHERS, PLANS, Plan, emit_for
 
@@ -247,7 +247,7 @@ def test_torchtitan_030_config_manager_and_parallel_dims(plan, tmp_path, monkeyp
     model_cfg.update_from_config(config=cfg)
     with torch.device("meta"):
         model = model_cfg.build()
-    assert sum(p.numel() for p in model.parameters()) == plan.spec.params  # torchtitan's flavor is the plan's model
+    assert sum(p.numel() for p in model.parameters()) == plan.spec.param_count  # the flavor is the plan's model
     if lay.pp > 1:
         _check_stages(plan, par, pdims, model_cfg, model)
 
@@ -392,7 +392,7 @@ def test_torchtitan_022_config_manager_parallel_dims_and_model(tmp_path):
     assert result.pop("version").startswith(target)  # torchtitan 0.2.2 ran, not the extra's 0.3.0
     for path, got in result.items():
         plan, lay = plans[path], plans[path].lay
-        assert got["params"] == plan.spec.params
+        assert got["params"] == plan.spec.param_count
         replicate, shard, cp, tp, pp = got["dims"]
         assert (replicate * shard, cp, tp, pp) == (lay.dp, lay.cp, lay.tp, lay.pp)
         assert not got["ddp_beside_others"]  # the rule v0.2.2's parallelize_llama raises on

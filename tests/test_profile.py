@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from optlayout.errors import OptlayoutError
-from optlayout.profile import TraceStream, analyze, categorize, summarize_trace
+from optlayout.trace import TraceStream, analyze, categorize, summarize_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
@@ -260,7 +260,7 @@ def test_large_trace_streams_with_bounded_memory(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import json, resource, sys
-        from optlayout.profile import analyze
+        from optlayout.trace import analyze
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         r = analyze([{str(path)!r}], top=5)
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

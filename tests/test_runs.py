@@ -11,7 +11,7 @@ import pytest
 from optlayout.cost import Prediction
 from optlayout.errors import OptlayoutError
 from optlayout.presets import model_preset
-from optlayout.runs.calibrate import load_profile
+from optlayout.runs.calibrate import load_calibration
 from optlayout.runs.compare import pairwise_order
 from optlayout.runs.logs import append_run, measure_megatron, measure_torchtitan, run_from_log, run_layout
 from optlayout.runs.predict import RunPrediction, predict_run
@@ -184,7 +184,7 @@ def test_calibrate_writes_a_profile_that_changes_predictions(cli, tmp_path, comp
     profile_path = tmp_path / "profile.yaml"
     proc = cli("calibrate", str(RUNS_JSONL), "-o", str(profile_path), "--json")
     assert proc.returncode == 0, proc.stderr
-    profile = load_profile(profile_path)
+    profile = load_calibration(profile_path)
     cv = profile.report["cross_validated_by_source"]
     sources = {raw["source"] for raw in _raw_runs().values()}
     assert set(cv["per_source"]) == sources and len(sources) >= 2
@@ -373,7 +373,7 @@ def test_cli_from_log_asks_only_for_what_the_log_does_not_state(cli, tmp_path):
                "-o", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     titan = read_runs(out)[1]
-    assert titan.model.params == model_preset("llama3.1-8b").params  # the Llama FFN rule gives 14336
+    assert titan.model.param_count == model_preset("llama3.1-8b").param_count  # the Llama FFN rule gives 14336
     assert titan.layout.known() == {"tp": 1, "pp": 1, "cp": 1, "dp": 8, "micro_batch": 1, "sharding": "fsdp",
                                     "recompute": "selective"}  # fmt: skip
     assert "bf16 assumed" in proc.stderr

@@ -8,13 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optlayout.api import solve
-from optlayout.cost import CostParams, layout_problems, usable_memory_bytes
+from optlayout.cost import CostParams, usable_memory_bytes
 from optlayout.errors import OptlayoutError
+from optlayout.layout import layout_problems
+from optlayout.planning import solve
+from optlayout.solver.candidates import CostTable
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
 from optlayout.solver.space import SpaceOptions
-from optlayout.solver.tables import CostTable
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec
 from optlayout.topology import topology_from_cluster
 
@@ -127,7 +128,7 @@ def test_cli_solve_json_schema_and_save(cli, tmp_path) -> None:
         assert key in pred
     lay = data["layouts"][0]["layout"]
     assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == 16
-    from optlayout.plan import Plan
+    from optlayout.planning.plan import Plan
 
     assert Plan.load(plan_path).best.layout.model_dump(mode="json") == lay
 
@@ -149,7 +150,7 @@ def test_explain_ranks_users_layout(cli) -> None:
 
 
 def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:
-    from optlayout.plan import Plan
+    from optlayout.planning.plan import Plan
 
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"schema_version": 0, "status": "optimal"}))

@@ -8,23 +8,32 @@ import pydantic
 import pytest
 
 from optlayout.errors import OptlayoutError
-from optlayout.presets import gpu_names, gpu_preset, model_from_hf_config, model_names, model_preset, published_params
+from optlayout.presets import (
+    gpu_names,
+    gpu_preset,
+    model_from_hf_config,
+    model_names,
+    model_preset,
+    published_param_count,
+)
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
-EXACT_PUBLISHED = [n for n in model_names() if published_params(n)[0] is not None and not published_params(n)[1]]
+EXACT_PUBLISHED = [
+    n for n in model_names() if published_param_count(n)[0] is not None and not published_param_count(n)[1]
+]
 
 
 @pytest.mark.parametrize("name", EXACT_PUBLISHED)
 def test_preset_param_counts_within_half_percent_of_published(name: str) -> None:
     # Presets whose label is rounded (Megatron 1.7B/3.6B, MPT-7B) are checked by formula below instead.
-    assert model_preset(name).params == pytest.approx(published_params(name)[0], rel=0.005)
+    assert model_preset(name).param_count == pytest.approx(published_param_count(name)[0], rel=0.005)
 
 
 def test_llama31_counts_match_meta() -> None:
     # Meta's published sizes: 8.03B, 70.6B, 405.9B (llama-models sku_list.py)
-    assert model_preset("llama3.1-8b").params / 1e9 == pytest.approx(8.03, abs=0.005)
-    assert model_preset("llama3.1-70b").params / 1e9 == pytest.approx(70.6, rel=0.002)
-    assert model_preset("llama3.1-405b").params / 1e9 == pytest.approx(405.9, rel=0.002)
+    assert model_preset("llama3.1-8b").param_count / 1e9 == pytest.approx(8.03, abs=0.005)
+    assert model_preset("llama3.1-70b").param_count / 1e9 == pytest.approx(70.6, rel=0.002)
+    assert model_preset("llama3.1-405b").param_count / 1e9 == pytest.approx(405.9, rel=0.002)
 
 
 @pytest.mark.parametrize("name", [n for n in model_names() if n.startswith("megatron-gpt")])
@@ -33,7 +42,7 @@ def test_megatron_series_follow_narayanan_formula(name: str) -> None:
     m = model_preset(name)
     n_layers, h = m.layers, m.hidden
     formula = 12 * n_layers * h * h * (1 + 13 / (12 * h) + (51200 + 2048) / (12 * n_layers * h))
-    assert m.params == pytest.approx(formula, rel=1e-4)
+    assert m.param_count == pytest.approx(formula, rel=1e-4)
 
 
 def test_gpu_presets_have_sources_and_dense_peaks() -> None:
@@ -88,7 +97,7 @@ def test_hf_config_v4_and_v5_spellings(tmp_path) -> None:
         path = tmp_path / "config.json"
         path.write_text(json.dumps(cfg))
         m = model_from_hf_config(path)
-        assert m.params == model_preset("llama3.1-8b").params
+        assert m.param_count == model_preset("llama3.1-8b").param_count
 
 
 def test_hf_config_errors_name_the_field(tmp_path) -> None:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import Progress
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.cost import DEFAULT_PARAMS
-from optlayout.errors import OptlayoutError
+from optlayout.cost import DEFAULT_PARAMS, CostParams
+from optlayout.errors import InputError
+
+if TYPE_CHECKING:
+    from optlayout.runs.records import RunRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +28,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(runs_app, name="runs")
 
 
-def _read(runs: Path) -> list:
+def _read(runs: Path) -> list[RunRecord]:
     from optlayout.runs.records import read_runs
 
     return read_runs(runs)
@@ -43,10 +46,10 @@ def compare_command(
     from optlayout.runs.compare import compare_runs
 
     records = _read(runs)
-    profile = common.profile_arg(calibration)
+    fitted = common.calibration_arg(calibration)
 
-    def params_for(gpu: str, precision: str):
-        return profile.params_for(gpu, precision) if profile else DEFAULT_PARAMS
+    def params_for(gpu: str, precision: str) -> CostParams:
+        return fitted.params_for(gpu, precision) if fitted else DEFAULT_PARAMS
 
     show_progress = not as_json and common.console.is_terminal
     with Progress(console=common.err_console, disable=not show_progress, transient=True) as bar:
@@ -96,7 +99,7 @@ def compare_command(
 
 def calibrate_command(
     runs: Annotated[Path, typer.Argument(help="run records: .jsonl or .csv")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="profile YAML to write")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="calibration YAML to write")],
     as_json: common.JsonOpt = False,
 ) -> None:
     """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
@@ -104,17 +107,17 @@ def calibrate_command(
 
     records = _read(runs)
     if len(records) < 2:
-        raise OptlayoutError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
+        raise InputError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
     show = not as_json and common.err_console.is_terminal
     with Progress(console=common.err_console, disable=not show, transient=True) as bar:
         task = bar.add_task("calibrating", total=None)
-        profile = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
+        fitted = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
                             progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
-    profile.save(output)
+    fitted.save(output)
     if as_json:
-        common.print_json(profile.model_dump())
+        common.print_json(fitted.model_dump())
         return
-    rep = profile.report
+    rep = fitted.report
     table = Table(title=f"calibration on {rep['runs']} runs -> {output}")
     table.add_column("MAPE")
     for col in ("uncalibrated", "cross-validated (leave source out)", "in-sample"):
@@ -159,11 +162,9 @@ def from_log_command(
 
     fmt = log_format.strip().lower()
     if fmt not in LOG_FORMATS:
-        raise OptlayoutError(f"format: expected one of {', '.join(LOG_FORMATS)} (got {log_format!r})")
+        raise InputError(f"format: expected one of {', '.join(LOG_FORMATS)} (got {log_format!r})")
     if (gpu is None) == (cluster is None):
-        raise OptlayoutError(
-            "cluster: give --gpu NAME (the world size comes from the log) or --cluster gpu=...,gpus=..."
-        )
+        raise InputError("cluster: give --gpu NAME (the world size comes from the log) or --cluster gpu=...,gpus=...")
     spec = parse_cluster_shorthand(cluster) if cluster is not None else None
     gpu_preset(spec.gpu if spec is not None else gpu)  # type: ignore[arg-type]
     shape = common.model_arg(model, model_config) if (model or model_config) else None

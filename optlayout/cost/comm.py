@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from optlayout.specs import Layout
+from optlayout.layout.model import Layout
+from optlayout.layout.ranks import COSTED_ORDER, grid
 
 
 class LinkSource(Protocol):
@@ -33,7 +34,7 @@ class Link:
 
 @dataclass(frozen=True)
 class GroupLinks:
-    """The links of every parallel group of a layout, in Megatron's rank order tp-cp-dp-pp."""
+    """The links of every parallel group of a layout, placed in the rank order the cost model prices."""
 
     tp: Link
     cp: Link
@@ -42,16 +43,19 @@ class GroupLinks:
 
 
 def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
-    """Place the layout's groups in Megatron order (TP fastest, then CP, DP, PP) and read their links."""
+    """Place the layout's groups in `COSTED_ORDER` (Megatron's tp-cp-ep-dp-pp: TP fastest, then CP, DP, PP)
+    and read their links."""
 
     def link(size: int, stride: int) -> Link:
         if size <= 1:
             return Link(1, math.inf, 0.0)
         return Link(size, topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride))
 
-    tp, cp, dp = layout.tp, layout.cp, layout.dp
-    pair = link(2, tp * cp * dp) if layout.pp > 1 else link(1, 1)
-    return GroupLinks(tp=link(tp, 1), cp=link(cp, tp), dp_cp=link(dp * cp, tp), pp=pair)
+    ranks = grid(layout, COSTED_ORDER)
+    pair = link(2, ranks.stride("pp")) if layout.pp > 1 else link(1, 1)
+    return GroupLinks(
+        tp=link(*ranks.span(["tp"])), cp=link(*ranks.span(["cp"])), dp_cp=link(*ranks.span(["dp", "cp"])), pp=pair
+    )
 
 
 def _latency(link: Link, passes: int) -> float:

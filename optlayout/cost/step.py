@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from optlayout.cost import comm
-from optlayout.cost.memory import kv_width_per_rank, stage_layer_counts
+from optlayout.cost.memory import kv_width_per_rank
 from optlayout.cost.params import CostParams
+from optlayout.layout.stages import stage_split
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
@@ -196,8 +198,8 @@ def step_time(
     gpu: GpuSpec,
     links: comm.GroupLinks,
     params: CostParams,
-    params_on_gpu: float,
-    memo: dict | None = None,
+    param_count_on_gpu: float,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> TimeBreakdown:
     """Compose one optimizer step on the slowest stage.
 
@@ -211,7 +213,7 @@ def step_time(
         lt = layer_times(model, job, layout, gpu, links, params)
         if memo is not None:
             memo[lkey] = lt
-    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    counts = stage_split(layout, model.layers)
     kinds = {(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)}  # stages alike cost alike
     stages = []
     for kind in sorted(kinds):
@@ -236,8 +238,8 @@ def step_time(
 
     # Data parallel over dp x cp.
     d = links.dp_cp
-    grads_bytes = params_on_gpu * job.grad_bytes_per_param
-    weights_bytes = params_on_gpu * job.weight_bytes_per_param
+    grads_bytes = param_count_on_gpu * job.grad_bytes_per_param
+    weights_bytes = param_count_on_gpu * job.weight_bytes_per_param
     overlap = params.dp_comm_overlap
     if layout.sharding == Sharding.fsdp:
         per_mb = 2 * comm.all_gather_s(weights_bytes, d, eff) + comm.reduce_scatter_s(grads_bytes, d, eff)
@@ -253,9 +255,9 @@ def step_time(
     else:
         dp_comm = max(0.0, comm.all_reduce_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
 
-    local_params = params_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
+    local_param_count = param_count_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
     optimizer = (
-        local_params * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
+        local_param_count * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
         + 20 * params.kernel_overhead_s
     )
     compute = m * (slowest.compute_fwd_s + slowest.compute_bwd_s)

@@ -2,7 +2,8 @@
 
 Every emitter takes `(model, job, layout, gpus_per_node=8)`, checks that the job's global batch (when given)
 equals micro_batch x grad_accum x dp, and refuses a plan its launcher would reject, or would run with more
-memory than the memory model counted, with an OptlayoutError naming the rule. `emit` gives what the launcher
+memory than the memory model counted, with an UnsupportedError naming the rule (also a rank order that would
+place the layout's groups on other ranks than the cost model priced). `emit` gives what the launcher
 reads, as it reads it; `emit_notes` gives what goes with it (the launch command, the launcher version, what
 was substituted), which the TOML, YAML and Python forms also carry as comments.
 
@@ -42,7 +43,8 @@ from optlayout.emit.torchtitan import (
     torchtitan_python,
     torchtitan_toml,
 )
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
+from optlayout.layout.ranks import check_costed_order
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
 FORMATS = ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh", "ranks")
@@ -93,12 +95,12 @@ __all__ = [
 def _format(fmt: str, overrides: bool, torchtitan_version: str) -> str:
     key = fmt.strip().lower()
     if key not in FORMATS:
-        raise OptlayoutError(f"format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
+        raise InputError(f"format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
     if overrides and (key != "torchtitan" or torchtitan_version != "0.2.2"):
-        raise OptlayoutError("overrides: only torchtitan 0.2.2 takes --section.key overrides (0.3.0 runs Python)")
+        raise InputError("overrides: only torchtitan 0.2.2 takes --section.key overrides (0.3.0 runs Python)")
     if torchtitan_version not in TORCHTITAN_VERSIONS:
         valid = ", ".join(TORCHTITAN_VERSIONS)
-        raise OptlayoutError(f"torchtitan-version: one of {valid} (got {torchtitan_version!r})")
+        raise InputError(f"torchtitan-version: one of {valid} (got {torchtitan_version!r})")
     return key
 
 
@@ -122,6 +124,8 @@ def emit(
     picks Megatron-FSDP or torch FSDP2 (megatron); `hostnames` names the nodes (ranks; accelerate's main process).
     """
     key = _format(fmt, overrides, torchtitan_version)
+    if key in ("megatron", "ranks"):
+        check_costed_order(layout, order)
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if key == "megatron-bridge":

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from optlayout.emit._checks import dp_split, fsdp2_fits_plan, global_batch, node_count
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import UnsupportedError
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 ACCELERATE_VERSION = "1.15.0"
@@ -34,20 +34,20 @@ def accelerate_config(
     global_batch(job, layout, _WHO)
     nodes, _ = node_count(layout, gpus_per_node, _WHO)
     if layout.pp > 1:
-        raise OptlayoutError(f"{_WHO}: no pipeline parallelism in Accelerate's ParallelismConfig (pp={layout.pp})")
+        raise UnsupportedError(f"{_WHO}: no pipeline parallelism in Accelerate's ParallelismConfig (pp={layout.pp})")
     replicate, shard = dp_split(layout)
     if (layout.tp > 1 or layout.cp > 1) and replicate > 1 and shard == 1:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO} rule tp/cp > 1 needs dp_shard_size > 1 when dp_replicate_size > 1 broken: "
             f"tp={layout.tp}, cp={layout.cp} over {replicate} unsharded replicas (use sharding=zero1, zero2 or fsdp)"
         )
     if job.precision == "fp8":
-        raise OptlayoutError(f"{_WHO}: precision fp8 needs an fp8_config of your own (Transformer Engine or MS-AMP)")
+        raise UnsupportedError(f"{_WHO}: precision fp8 needs an fp8_config of your own (Transformer Engine or MS-AMP)")
     fsdp = shard > 1 or layout.cp > 1
     fsdp2_fits_plan(job, layout, shard * layout.cp, layout.sharding in (Sharding.zero1, Sharding.zero2), _WHO)
     hosts = list(hostnames or [])
     if nodes > 1 and len(hosts) != nodes:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO}: a {nodes}-node config needs main_process_ip: give the {nodes} node hostnames "
             f"(got {len(hosts)}); the first runs the main process"
         )

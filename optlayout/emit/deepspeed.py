@@ -22,8 +22,8 @@ import json
 from typing import Any
 
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import UnsupportedError
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 ZERO_STAGE = {Sharding.none: 0, Sharding.zero1: 1, Sharding.zero2: 2, Sharding.fsdp: 3}
@@ -37,32 +37,32 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
     node_count(layout, gpus_per_node, _WHO)
     stage = ZERO_STAGE[layout.sharding]
     if layout.cp > 1:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO}: context parallelism (cp={layout.cp}) has no DeepSpeed equivalent (DeepSpeed-Ulysses "
             "sequence_parallel_size splits attention heads by all-to-all, not the sequence over a ring); use cp=1"
         )
     if layout.pp > 1 and stage >= 2:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO} rule zero_optimization.stage < 2 with pipeline parallelism broken: stage {stage} "
             f"({layout.sharding.value}) with pp={layout.pp} (ZeRO-2 and ZeRO-3 are incompatible with PipelineEngine)"
         )
     if layout.pp > 1 and layout.tp > 1:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO}: tp={layout.tp} with pp={layout.pp} needs Megatron-DeepSpeed's model-parallel unit (mpu); "
             "DeepSpeed's own AutoTP (tensor_parallel.autotp_size) shards a model outside a PipelineModule"
         )
     if layout.pp > 1:
         stage_layers(model, layout, _WHO)
         if layout.vp > 1 or layout.first_stage_layers is not None or layout.last_stage_layers is not None:
-            raise OptlayoutError(
+            raise UnsupportedError(
                 f"{_WHO}: a PipelineModule has no virtual stages and balances layers itself (partition_method); "
                 "plan vp=1 without first=/last="
             )
     if job.precision == "fp8":
-        raise OptlayoutError(f"{_WHO}: precision fp8 has no DeepSpeed config key (use bf16 plus Transformer Engine)")
+        raise UnsupportedError(f"{_WHO}: precision fp8 has no DeepSpeed config key (use bf16 plus Transformer Engine)")
     grads = gradient_dtype(job, _WHO)
     if stage == 0 and grads == "fp32":
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO}: ZeRO stage 0 accumulates gradients in the model's {job.precision} (fp32 accumulation needs "
             "ZeRO); plan sharding=zero1 or 16-bit gradients"
         )

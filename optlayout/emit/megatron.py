@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from optlayout.cost.memory import chunk_layer_counts, vp_fits
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import OptlayoutError, UnsupportedError
+from optlayout.layout.stages import chunk_layer_counts, vp_fits
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 FsdpImpl = Literal["megatron", "torch"]
@@ -178,7 +178,7 @@ def megatron_args(
     """The argument list (flags and values as separate tokens); raises naming every broken Megatron rule."""
     problems = megatron_problems(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if problems:
-        raise OptlayoutError("; ".join(problems))
+        raise UnsupportedError("; ".join(problems))
     return [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
 
 
@@ -225,9 +225,10 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
     flags += _model_flags(model)
     dropout = "0.1" if job.dropout else "0.0"  # Megatron's default is 0.1; the memory model counts masks only if on
     flags += [("--attention-dropout", dropout), ("--hidden-dropout", dropout)]
-    flags += {"bf16": [("--bf16",)], "fp16": [("--fp16",)], "fp8": [("--bf16",), ("--fp8-format", "hybrid")]}[
-        job.precision
-    ]
+    precision: dict[str, list[tuple[str, ...]]] = {
+        "bf16": [("--bf16",)], "fp16": [("--fp16",)], "fp8": [("--bf16",), ("--fp8-format", "hybrid")]
+    }  # fmt: skip
+    flags += precision[job.precision]
     flags += _gradient_flags(job)
     return flags
 
@@ -242,7 +243,7 @@ def _gradient_flags(job: JobSpec) -> list[tuple[str, ...]]:
 
 
 def _sharding_flags(layout: Layout, fsdp_impl: str) -> list[tuple[str, ...]]:
-    overlap = [("--overlap-grad-reduce",)] if layout.dp > 1 else []
+    overlap: list[tuple[str, ...]] = [("--overlap-grad-reduce",)] if layout.dp > 1 else []
     if layout.sharding is Sharding.none:
         return overlap
     if layout.sharding is Sharding.zero1:
@@ -306,7 +307,7 @@ def megatron_text(
     args = megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     unsafe = [t for t in args if not t or any(c.isspace() or c in "*?[]'\"\\$`" for c in t)]
     if unsafe:
-        raise OptlayoutError(f"megatron: {unsafe[0]!r} cannot pass through $(cat file) unquoted")
+        raise UnsupportedError(f"megatron: {unsafe[0]!r} cannot pass through $(cat file) unquoted")
     groups: list[list[str]] = []
     for token in args:
         if token.startswith("--"):

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
 from optlayout.emit.megatron import megatron_problems, pipeline_layout_string
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import UnsupportedError
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, RopeScaling, Sharding
 
 BRIDGE_VERSION = "0.3.1"
@@ -56,7 +56,7 @@ def bridge_recipe(model: ModelSpec) -> BridgeRecipe:
     for recipe in BRIDGE_RECIPES:
         if llama and recipe.shape == shape and scaling in (None, True) and recipe.llama31 == bool(scaling):
             return recipe
-    raise OptlayoutError(
+    raise UnsupportedError(
         f"{_WHO}: no megatron-bridge {BRIDGE_VERSION} pretraining recipe builds {model.name} (recipes: "
         f"{', '.join(r.name for r in BRIDGE_RECIPES)})"
     )
@@ -66,13 +66,13 @@ def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
     """The `section.key=value` overrides, in section order; Megatron's own rules are checked first."""
     problems = megatron_problems(model, job, layout, gpus_per_node)
     if problems:
-        raise OptlayoutError("; ".join(p.replace("megatron", _WHO, 1) for p in problems))
+        raise UnsupportedError("; ".join(p.replace("megatron", _WHO, 1) for p in problems))
     recipe = bridge_recipe(model)
     global_batch(job, layout, _WHO)
     node_count(layout, gpus_per_node, _WHO)
     grads = gradient_dtype(job, _WHO)
     if grads != "fp32" and not recipe.mixed_precision_object:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed' (fp32 gradient reduction), which an "
             "override cannot change: plan with 4-byte gradients"
         )
@@ -118,7 +118,7 @@ def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
         if job.precision == "fp8":
             out.append("mixed_precision.fp8=hybrid")
     elif job.precision != "bf16":
-        raise OptlayoutError(f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed'; precision must be bf16")
+        raise UnsupportedError(f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed'; precision must be bf16")
     if recipe.comm_overlap:
         out.append("comm_overlap.tp_comm_overlap=false")
     return out

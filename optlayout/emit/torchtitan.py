@@ -25,10 +25,10 @@ import json
 import math
 from typing import Any
 
-from optlayout.cost.memory import chunk_layer_counts, vp_fits
 from optlayout.emit._checks import dp_split, fsdp2_fits_plan, global_batch, no_dropout, node_count, stage_layers
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import UnsupportedError
+from optlayout.layout.stages import chunk_layer_counts, vp_fits
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, RopeScaling, Sharding
 
 Config = dict[str, dict[str, Any]]
@@ -53,7 +53,7 @@ def llama3_flavor(model: ModelSpec) -> str:
     shape = (model.layers, model.hidden, model.ffn, model.heads, model.kv_heads)
     flavor = next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), None)
     if flavor is None:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO}: {model.name} is none of torchtitan's llama3 flavors (8B, 70B, 405B by layers, hidden, ffn, "
             "heads, kv_heads); torchtitan builds only the models it registers"
         )
@@ -69,13 +69,13 @@ def llama3_flavor(model: ModelSpec) -> str:
     if model.head_dim not in (None, model.hidden // model.heads):
         problems.append(f"head_dim {model.head_dim}")
     if problems:
-        raise OptlayoutError(f"{_WHO}: {model.name} has the {flavor} flavor's shape but {'; '.join(problems)}")
+        raise UnsupportedError(f"{_WHO}: {model.name} has the {flavor} flavor's shape but {'; '.join(problems)}")
     return flavor
 
 
 def _check_version(version: str) -> str:
     if version not in TORCHTITAN_VERSIONS:
-        raise OptlayoutError(f"{_WHO}: version must be one of {', '.join(TORCHTITAN_VERSIONS)} (got {version!r})")
+        raise UnsupportedError(f"{_WHO}: version must be one of {', '.join(TORCHTITAN_VERSIONS)} (got {version!r})")
     return version
 
 
@@ -89,12 +89,12 @@ def torchtitan_config(
     node_count(layout, gpus_per_node, _WHO)
     flavor = llama3_flavor(model)
     if job.precision == "fp16":
-        raise OptlayoutError(f"{_WHO}: precision fp16 is not supported (training.mixed_precision_param is bfloat16)")
+        raise UnsupportedError(f"{_WHO}: precision fp16 is not supported (training.mixed_precision_param is bfloat16)")
     no_dropout(job, _WHO, "torchtitan's llama3 has no dropout")
     replicate, shard = dp_split(layout)
     ddp = version == "0.2.2" and layout.sharding is Sharding.none and replicate > 1 and layout.cp == 1
     if ddp and (layout.tp > 1 or layout.pp > 1):
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO} v0.2.2 rule DDP with no other parallelism broken: sharding=none over dp={replicate} is DDP, "
             f"which torchtitan refuses beside tp={layout.tp}, pp={layout.pp} ('DDP has not supported > 1D "
             "parallelism'); plan sharding=zero1 or fsdp, or target torchtitan 0.3.0"
@@ -144,12 +144,12 @@ def _pipeline(model: ModelSpec, layout: Layout, version: str) -> dict[str, Any]:
     pp, vp = layout.pp, layout.vp
     counts = stage_layers(model, layout, _WHO)
     if not vp_fits(counts, vp):
-        raise OptlayoutError(f"{_WHO}: the fullest pipeline rank of {counts} cannot form {vp} equal chunks")
+        raise UnsupportedError(f"{_WHO}: the fullest pipeline rank of {counts} cannot form {vp} equal chunks")
     n_micro = layout.grad_accum
     if vp > 1:
         rounds = max(1, n_micro // pp)
         if n_micro % rounds:
-            raise OptlayoutError(
+            raise UnsupportedError(
                 f"{_WHO} rule Interleaved1F1B n_microbatches % max(1, n_microbatches // pp) == 0 broken: "
                 f"{n_micro} micro-batches, pp={pp}"
             )
@@ -167,7 +167,7 @@ def _pipeline(model: ModelSpec, layout: Layout, version: str) -> dict[str, Any]:
         parts = module_fqns(counts, vp, _OUTPUT[version])
         empty = [i for i, names in enumerate(parts) if not names]
         if empty:
-            raise OptlayoutError(
+            raise UnsupportedError(
                 f"{_WHO}: virtual stages {empty} would hold no module (pipeline ranks {counts} over vp={vp} "
                 "chunks); choose a smaller vp"
             )
@@ -256,7 +256,7 @@ def torchtitan_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_pe
     needs a nested list only the TOML carries."""
     config = torchtitan_config(model, job, layout, gpus_per_node, "0.2.2")
     if "module_fqns_per_model_part" in config["parallelism"]:
-        raise OptlayoutError(
+        raise UnsupportedError(
             f"{_WHO}: an uneven stage split needs parallelism.module_fqns_per_model_part, a nested list only "
             "the TOML form carries; emit TOML instead of overrides"
         )
@@ -323,10 +323,10 @@ def toml_value(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise OptlayoutError(f"{_WHO}: cannot write {value} to TOML")
+            raise UnsupportedError(f"{_WHO}: cannot write {value} to TOML")
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise OptlayoutError(f"{_WHO}: cannot write {type(value).__name__} to TOML")
+    raise UnsupportedError(f"{_WHO}: cannot write {type(value).__name__} to TOML")

@@ -16,7 +16,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import InputError, UnsupportedError, describe_validation_error
 from optlayout.specs import GpuSpec, ModelSpec
 
 _HERE = Path(__file__).parent
@@ -29,34 +29,36 @@ GPU_FIELDS = ("arch", "memory_gib", "peak_tflops", "hbm_tbytes_per_s", "scale_up
 
 @cache
 def _shipped_gpus() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load((_HERE / "gpus.yaml").read_text())
+    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "gpus.yaml").read_text())
+    return table
 
 
 def _gpu_table() -> dict[str, dict[str, Any]]:
     """The shipped GPU presets and those of the file `OPTLAYOUT_GPU_FILE` names (which win on a name clash)."""
-    table = dict(_shipped_gpus())
+    table: dict[str, dict[str, Any]] = dict(_shipped_gpus())
     extra = os.environ.get(GPU_FILE_ENV)
     if not extra:
         return table
     try:
         rows = yaml.safe_load(Path(extra).read_text())
     except FileNotFoundError:
-        raise OptlayoutError(f"gpu: {GPU_FILE_ENV} names {extra!r}, which does not exist") from None
+        raise InputError(f"gpu: {GPU_FILE_ENV} names {extra!r}, which does not exist") from None
     except yaml.YAMLError as exc:
-        raise OptlayoutError(f"gpu: {extra} is not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise InputError(f"gpu: {extra} is not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(rows, dict):
-        raise OptlayoutError(f"gpu: {extra} must map GPU names to their figures, as optlayout/presets/gpus.yaml does")
+        raise InputError(f"gpu: {extra} must map GPU names to their figures, as optlayout/presets/gpus.yaml does")
     for name, row in rows.items():
         missing = [f for f in GPU_FIELDS if not isinstance(row, dict) or f not in row]
         if missing:
-            raise OptlayoutError(f"gpu: {extra}: {name!r} lacks {', '.join(missing)}")
+            raise InputError(f"gpu: {extra}: {name!r} lacks {', '.join(missing)}")
         table[str(name).strip().lower()] = row
     return table
 
 
 @cache
 def _model_table() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load((_HERE / "models.yaml").read_text())
+    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "models.yaml").read_text())
+    return table
 
 
 def gpu_names() -> list[str]:
@@ -72,7 +74,7 @@ def gpu_preset(name: str) -> GpuSpec:
     table = _gpu_table()
     key = name.strip().lower()
     if key not in table:
-        raise OptlayoutError(
+        raise InputError(
             f"gpu: unknown preset {name!r}; valid: {', '.join(table)}. To describe another GPU, write its "
             f"{', '.join(GPU_FIELDS)} in a YAML file shaped like optlayout/presets/gpus.yaml and set {GPU_FILE_ENV} "
             "to its path"
@@ -90,7 +92,7 @@ def gpu_preset(name: str) -> GpuSpec:
         )
     except (pydantic.ValidationError, TypeError, ValueError, AttributeError) as exc:
         detail = describe_validation_error(exc, f"gpu {key}") if isinstance(exc, pydantic.ValidationError) else exc
-        raise OptlayoutError(f"gpu: preset {key!r} is malformed: {detail}") from None
+        raise InputError(f"gpu: preset {key!r} is malformed: {detail}") from None
 
 
 def model_preset(name: str) -> ModelSpec:
@@ -100,15 +102,15 @@ def model_preset(name: str) -> ModelSpec:
     by_name = {row["name"].lower(): k for k, row in table.items()}
     key = by_name.get(key, key)
     if key not in table:
-        raise OptlayoutError(f"model: unknown preset {name!r}; valid: {', '.join(table)}")
+        raise InputError(f"model: unknown preset {name!r}; valid: {', '.join(table)}")
     row = table[key]
     return ModelSpec(name=row["name"], **row["shape"])
 
 
-def published_params(name: str) -> tuple[float | None, bool]:
+def published_param_count(name: str) -> tuple[float | None, bool]:
     """The parameter count the authors published for a preset, and whether their label is rounded."""
     row = _model_table()[name]
-    value = row.get("published_params")
+    value = row.get("published_param_count")
     return (float(value) if value is not None else None), bool(row.get("published_label_rounded", False))
 
 
@@ -136,7 +138,7 @@ def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "llama3":
-            raise OptlayoutError(f"model-config: rope_scaling type {kind!r} is not supported (only llama3)")
+            raise UnsupportedError(f"model-config: rope_scaling type {kind!r} is not supported (only llama3)")
         out["rope_scaling"] = {
             "factor": scaling.get("factor", 8.0),
             "low_freq_factor": scaling.get("low_freq_factor", 1.0),
@@ -160,23 +162,25 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         try:
             cfg = json.loads(path.read_text())
         except FileNotFoundError:
-            raise OptlayoutError(f"model-config: no such file {str(path)!r}") from None
+            raise InputError(f"model-config: no such file {str(path)!r}") from None
         except json.JSONDecodeError as exc:
-            raise OptlayoutError(f"model-config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise InputError(f"model-config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
         label = name or path.stem
     if not isinstance(cfg, dict):
-        raise OptlayoutError("model-config: expected a JSON object")
+        raise InputError("model-config: expected a JSON object")
     if "text_config" in cfg and "hidden_size" not in cfg:
         cfg = cfg["text_config"]
     if any(k in cfg for k in ("num_local_experts", "n_routed_experts", "num_experts")):
-        raise OptlayoutError("model-config: mixture-of-experts models are not supported yet (dense transformers only)")
+        raise UnsupportedError(
+            "model-config: mixture-of-experts models are not supported yet (dense transformers only)"
+        )
 
     def pick(*keys: str, default: Any = None) -> Any:
         for k in keys:
             if cfg.get(k) is not None:
                 return cfg[k]
         if default is None:
-            raise OptlayoutError(f"model-config: missing field {keys[0]!r}")
+            raise InputError(f"model-config: missing field {keys[0]!r}")
         return default
 
     hidden = pick("hidden_size", "n_embd", "d_model")
@@ -184,7 +188,7 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
     act = str(pick("hidden_act", "activation_function", default="silu")).lower()
     mlp = _HF_MLP.get(act)
     if mlp is None:
-        raise OptlayoutError(f"model-config: hidden_act {act!r} not understood (known: {', '.join(_HF_MLP)})")
+        raise InputError(f"model-config: hidden_act {act!r} not understood (known: {', '.join(_HF_MLP)})")
     fields = {
         "name": cfg.get("_name_or_path") or label,
         "layers": pick("num_hidden_layers", "n_layer", "n_layers"),
@@ -201,4 +205,4 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
     try:
         return ModelSpec(**fields)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "model-config")) from None
+        raise InputError(describe_validation_error(exc, "model-config")) from None

@@ -16,8 +16,8 @@ from typing import Any
 from optlayout.cost import CostParams
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
+from optlayout.solver.candidates import Candidate, layout_identity
 from optlayout.solver.oracle import rank_every_layout
-from optlayout.solver.tables import Candidate, layout_identity
 from optlayout.specs import Layout
 from optlayout.topology import topology_from_cluster
 
@@ -39,13 +39,13 @@ class GroupRanking:
     """What compare keeps of one group's full ranking: positions, the best layout and the throughputs."""
 
     count: int
-    position: dict[tuple, int]
+    position: dict[tuple[object, ...], int]
     best: tuple[Layout, float] | None
     descending_tps: list[float]
 
     @classmethod
     def of(cls, ranking: list[Candidate]) -> GroupRanking:
-        position: dict[tuple, int] = {}
+        position: dict[tuple[object, ...], int] = {}
         for k, c in enumerate(ranking):
             position.setdefault(layout_identity(c.layout), k + 1)
         best = (ranking[0].layout, ranking[0].evaluation.tokens_per_s_per_gpu) if ranking else None
@@ -68,7 +68,7 @@ def compare_runs(
     """The `optlayout compare --json` result: per-run rows and a summary."""
     rows: list[dict[str, Any]] = []
     preds: list[RunPrediction] = []
-    rankings: dict[tuple, GroupRanking] = {}
+    rankings: dict[tuple[object, ...], GroupRanking] = {}
     for i, rec in enumerate(records):
         params = params_for(rec.cluster.gpu, rec.job.precision)
         pred = predict_run(rec, params)
@@ -113,7 +113,7 @@ def compare_runs(
 def pairwise_order(preds: list[RunPrediction]) -> tuple[float | None, int]:
     """Fraction of run pairs within a group (same model, cluster, job; different layout) whose measured
     order the prediction reproduces; pairs with equal measured throughput are skipped."""
-    groups: dict[tuple, list[RunPrediction]] = defaultdict(list)
+    groups: dict[tuple[object, ...], list[RunPrediction]] = defaultdict(list)
     for p in preds:
         groups[p.record.group_key].append(p)
     agree = total = 0

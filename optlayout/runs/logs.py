@@ -31,15 +31,14 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.runs.records import LAYOUT_FIELDS, Measured, RunJob, RunLayout, RunRecord
 from optlayout.specs import ClusterSpec, Layout, ModelSpec
 
-LogFormat = Literal["megatron", "torchtitan"]
 LOG_FORMATS: tuple[str, ...] = ("megatron", "torchtitan")
 DEFAULT_WARMUP = 2
 
@@ -148,9 +147,9 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
         elapsed_ms = _field(fields, "elapsed time per iteration (ms)", where)
         batch = _field(fields, "global batch size", where)
         if elapsed_ms is None or elapsed_ms <= 0:
-            raise OptlayoutError(f"log: {where} has no 'elapsed time per iteration (ms)'")
+            raise InputError(f"log: {where} has no 'elapsed time per iteration (ms)'")
         if batch is None or batch <= 0:
-            raise OptlayoutError(f"log: {where} has no 'global batch size'")
+            raise InputError(f"log: {where} has no 'global batch size'")
         elapsed_s = elapsed_ms / 1000.0
         out.append(
             LogLine(
@@ -173,7 +172,7 @@ def _field(fields: dict[str, str], key: str, where: str) -> float | None:
     try:
         return _number(fields[key])
     except ValueError:
-        raise OptlayoutError(f"log: {where}: {key!r} is not a number ({fields[key]!r})") from None
+        raise InputError(f"log: {where}: {key!r} is not a number ({fields[key]!r})") from None
 
 
 def _megatron_header(line: str, stated: dict[str, int]) -> None:
@@ -220,7 +219,7 @@ def parse_torchtitan_lines(text: str, name: str) -> tuple[list[LogLine], dict[st
             tflops = _number(fields["tflops"]) if "tflops" in fields else None
             mfu = _number(fields["mfu"]) / 100 if "mfu" in fields else None
         except ValueError as exc:
-            raise OptlayoutError(f"log: {where}: a metric is not a number ({exc})") from None
+            raise InputError(f"log: {where}: a metric is not a number ({exc})") from None
         out.append(
             LogLine(
                 line_number=number,
@@ -241,7 +240,7 @@ def _check_stated(stated: dict[str, int], given: dict[str, int | None], name: st
         expected = given.get(key)
         if expected is not None and value != expected:
             what = words.get(key, f"the layout's {key}")
-            raise OptlayoutError(f"log: {name} states {key} = {value}, but {what} is {expected}")
+            raise InputError(f"log: {name} states {key} = {value}, but {what} is {expected}")
 
 
 def _span(lines: list[LogLine]) -> str:
@@ -265,13 +264,13 @@ def _measure(
     value: Callable[[list[LogLine]], float],
 ) -> LogMeasurement:
     if not lines:
-        raise OptlayoutError(f"log: {name} has no {fmt} {unit} lines (is --format {fmt} right?)")
+        raise InputError(f"log: {name} has no {fmt} {unit} lines (is --format {fmt} right?)")
     if warmup < 0:
-        raise OptlayoutError(f"log: warmup must be >= 0 (got {warmup})")
+        raise InputError(f"log: warmup must be >= 0 (got {warmup})")
     steady = lines[warmup:]
     used = [ln for ln in steady if ln.usable]
     if not used:
-        raise OptlayoutError(
+        raise InputError(
             f"log: {name} has {len(lines)} {unit} lines but none after the {warmup} warm-up lines "
             "with no skipped or NaN iterations"
         )
@@ -305,7 +304,7 @@ def measure_megatron(
     lines, stated = parse_megatron_lines(text, name, seq_len, gpus)
     for ln in lines:
         if ln.global_batch != global_batch:
-            raise OptlayoutError(
+            raise InputError(
                 f"log: {name} line {ln.line_number} (iteration {ln.iteration}) has global batch size "
                 f"{ln.global_batch}, but the job's global_batch is {global_batch}"
             )
@@ -345,13 +344,13 @@ def measure_log(
     """Read a training log file and measure it."""
     path = Path(path)
     if fmt not in LOG_FORMATS:
-        raise OptlayoutError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
+        raise InputError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
-        raise OptlayoutError(f"log: no such file {str(path)!r}") from None
+        raise InputError(f"log: no such file {str(path)!r}") from None
     except IsADirectoryError:
-        raise OptlayoutError(f"log: {str(path)!r} is a directory") from None
+        raise InputError(f"log: {str(path)!r} is a directory") from None
     if fmt == "megatron":
         return measure_megatron(text, job.seq_len, job.global_batch, cluster.gpus, warmup, path.name, layout)
     return measure_torchtitan(text, job.seq_len, job.global_batch, warmup, path.name)
@@ -363,22 +362,21 @@ def run_layout(text: str) -> RunLayout:
     The text is checked with `parse_layout`; `ga=` is accepted and checked against the batch later, but
     uneven stage splits (`first=`/`last=`) are not part of the run-record format.
     """
-    from optlayout.layout_text import parse_layout
+    from optlayout.layout import parse_layout
 
     layout = parse_layout(text)
     given = {_layout_key(part) for part in text.split(",") if part.strip()}
     unknown = given - set(LAYOUT_FIELDS) - {"grad_accum"}
     if unknown:
-        raise OptlayoutError(f"layout: {', '.join(sorted(unknown))} cannot be stated in a run record")
+        raise InputError(f"layout: {', '.join(sorted(unknown))} cannot be stated in a run record")
     values = {k: _plain(getattr(layout, k)) for k in LAYOUT_FIELDS if k in given}
     return RunLayout(**values)
 
 
 def _layout_key(part: str) -> str:
-    from optlayout.layout_text import _KEYS  # the accepted spellings of parse_layout
+    from optlayout.layout.text import axis_key
 
-    key = part.partition("=")[0].strip().lower()
-    return _KEYS.get(key, key)
+    return axis_key(part)
 
 
 def _plain(value: object) -> object:
@@ -390,14 +388,14 @@ def _check_layout(layout_text: str | None, layout: RunLayout, job: RunJob, clust
     known = layout.known()
     degrees = [int(known[k]) for k in ("tp", "pp", "cp", "dp") if k in known]
     if len(degrees) == 4 and math.prod(degrees) != cluster.gpus:
-        raise OptlayoutError(f"layout: tp*pp*cp*dp = {math.prod(degrees)} but the cluster has {cluster.gpus} GPUs")
+        raise InputError(f"layout: tp*pp*cp*dp = {math.prod(degrees)} but the cluster has {cluster.gpus} GPUs")
     if layout_text is None or "grad_accum" not in {_layout_key(p) for p in layout_text.split(",") if p.strip()}:
         return
-    from optlayout.layout_text import parse_layout
+    from optlayout.layout import parse_layout
 
     full: Layout = parse_layout(layout_text)
     if "dp" in known and "micro_batch" in known and full.global_batch != job.global_batch:
-        raise OptlayoutError(f"layout: mb*ga*dp = {full.global_batch} but the job's global_batch is {job.global_batch}")
+        raise InputError(f"layout: mb*ga*dp = {full.global_batch} but the job's global_batch is {job.global_batch}")
 
 
 def run_from_log(
@@ -428,7 +426,7 @@ def run_from_log(
             measured=measurement.measured(path.name),
         )
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "run")) from None
+        raise InputError(describe_validation_error(exc, "run")) from None
 
 
 def record_line(record: RunRecord) -> str:
@@ -448,9 +446,9 @@ def append_run(record: RunRecord, path: str | Path) -> None:
         try:
             raw = json.loads(line) if line.strip() else None
         except json.JSONDecodeError:
-            raise OptlayoutError(f"runs: {path.name} line {number} is not valid JSON; not appending to it") from None
+            raise InputError(f"runs: {path.name} line {number} is not valid JSON; not appending to it") from None
         if isinstance(raw, dict) and raw.get("id") == record.id:
-            raise OptlayoutError(f"runs: {path.name} already holds a run with id {record.id!r} (give another --id)")
+            raise InputError(f"runs: {path.name} already holds a run with id {record.id!r} (give another --id)")
     separator = "" if not existing or existing.endswith("\n") else "\n"
     with path.open("a") as handle:
         handle.write(separator + record_line(record) + "\n")
@@ -568,8 +566,9 @@ def megatron_facts(text: str) -> LogFacts:
             "bias": args.get("add_bias_linear", "True") == "True",
             "position_embeddings": (_int(args.get("max_position_embeddings")) or 0) if learned else 0,
         }
-        if _int(args.get("kv_channels")) and _int(args["kv_channels"]) * heads != hidden:
-            model["head_dim"] = _int(args["kv_channels"])
+        kv_channels = _int(args.get("kv_channels"))
+        if kv_channels and kv_channels * heads != hidden:
+            model["head_dim"] = kv_channels
         if vocab:
             model["vocab"] = vocab
         facts.model = model
@@ -591,9 +590,10 @@ def _titan_echo(lines: list[str]) -> dict[str, Any] | None:
             if depth <= 0:
                 break
         try:
-            return json.loads("\n".join(out))
+            echo = json.loads("\n".join(out))
         except json.JSONDecodeError:
             return None
+        return echo if isinstance(echo, dict) else None
     return None
 
 
@@ -706,24 +706,24 @@ def record_from_log(
     Returns the record and one line per source saying what was read and what was given."""
     path = Path(path)
     if fmt not in LOG_FORMATS:
-        raise OptlayoutError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
+        raise InputError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
-        raise OptlayoutError(f"log: no such file {str(path)!r}") from None
+        raise InputError(f"log: no such file {str(path)!r}") from None
     except IsADirectoryError:
-        raise OptlayoutError(f"log: {str(path)!r} is a directory") from None
+        raise InputError(f"log: {str(path)!r} is a directory") from None
     facts = log_facts(text, fmt)
     read, given = [], []
 
     def pick(name: str, value: Any, stated: Any, flag: str) -> Any:
         if value is not None:
             if stated is not None and value != stated:
-                raise OptlayoutError(f"log: {path.name} states {name} = {stated}, but {flag} gives {value}")
+                raise InputError(f"log: {path.name} states {name} = {stated}, but {flag} gives {value}")
             given.append(f"{name} {value}")
             return value
         if stated is None:
-            raise OptlayoutError(f"log: {path.name} does not state the {name}; give {flag}")
+            raise InputError(f"log: {path.name} does not state the {name}; give {flag}")
         read.append(f"{name} {stated}")
         return stated
 
@@ -732,14 +732,12 @@ def record_from_log(
     prec = pick("precision", precision, facts.precision, "--precision")
     if cluster is None:
         if gpu is None:
-            raise OptlayoutError(
-                "cluster: give --gpu NAME (the log does not name its GPU) or --cluster gpu=...,gpus=..."
-            )
+            raise InputError("cluster: give --gpu NAME (the log does not name its GPU) or --cluster gpu=...,gpus=...")
         gpus = pick("world size", None, facts.gpus, "--cluster gpu=...,gpus=...")
         try:
             cluster = ClusterSpec(gpu=gpu, gpus=gpus, gpus_per_node=min(8, gpus))
         except pydantic.ValidationError as exc:
-            raise OptlayoutError(describe_validation_error(exc, "cluster")) from None
+            raise InputError(describe_validation_error(exc, "cluster")) from None
         given.append(f"gpu {gpu}")
     else:
         pick("world size", cluster.gpus, facts.gpus, "--cluster gpus=")
@@ -750,30 +748,30 @@ def record_from_log(
         try:
             run = RunLayout(**facts.layout)
         except pydantic.ValidationError as exc:
-            raise OptlayoutError(describe_validation_error(exc, "log layout")) from None
+            raise InputError(describe_validation_error(exc, "log layout")) from None
         read.append("layout " + ",".join(f"{k}={_plain(v)}" for k, v in run.known().items()))
     else:
-        raise OptlayoutError(f"log: {path.name} does not state the layout; give --layout tp=...,pp=...,dp=...")
+        raise InputError(f"log: {path.name} does not state the layout; give --layout tp=...,pp=...,dp=...")
     stated_shape = {k: v for k, v in (facts.model or {}).items() if k in _SHAPE_KEYS}
     if model is not None:
         for key, value in stated_shape.items():
             if getattr(model, key) != value:
-                raise OptlayoutError(f"log: {path.name} states the model's {key} = {value}, but {model.name} has "
+                raise InputError(f"log: {path.name} states the model's {key} = {value}, but {model.name} has "
                                      f"{getattr(model, key)}")  # fmt: skip
         given.append(f"model {model.name}")
     elif facts.model and "vocab" in facts.model:
         try:
             model = ModelSpec(name=f"{path.stem} model", **facts.model)
         except pydantic.ValidationError as exc:
-            raise OptlayoutError(describe_validation_error(exc, "log model")) from None
+            raise InputError(describe_validation_error(exc, "log model")) from None
         read.append("model " + ", ".join(f"{k} {v}" for k, v in stated_shape.items()))
     else:
         missing = "the vocabulary size" if facts.model else "the model's shape"
-        raise OptlayoutError(f"log: {path.name} does not state {missing}; give --model or --model-config")
+        raise InputError(f"log: {path.name} does not state {missing}; give --model or --model-config")
     try:
-        job = RunJob(seq_len=seq, global_batch=batch, precision=prec)  # type: ignore[arg-type]
+        job = RunJob.model_validate({"seq_len": seq, "global_batch": batch, "precision": prec})
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "job")) from None
+        raise InputError(describe_validation_error(exc, "job")) from None
     record = run_from_log(path, fmt, model, cluster, job, run, run_id=run_id, source=source, warmup=warmup)
     where = ", ".join(facts.read or ["no header"])
     lines = [f"read from the log ({where}): {'; '.join(read) or 'nothing'}"]

@@ -22,7 +22,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
 from optlayout.specs import GpuSpec
 from optlayout.topology.analysis import Tables, analyse
 
@@ -31,9 +31,9 @@ TIER_NAMES = ("leaf", "spine", "core")
 _KIND_CODE = {"nvswitch": 0, "mesh": 1, "pcie": 2, "none": 3}
 
 
-def ordered_gpu_nodes(graph: nx.Graph) -> list[str]:
+def ordered_gpu_nodes(graph: nx.Graph[str]) -> list[str]:
     """GPU nodes in rank order: grouped by server (in order of first appearance), then insertion order."""
-    gpus = [n for n, k in graph.nodes(data="kind") if k == "gpu"]
+    gpus = [n for n, data in graph.nodes.items() if data.get("kind") == "gpu"]
     first: dict[Any, int] = {}
     for g in gpus:
         first.setdefault(graph.nodes[g].get("server"), len(first))
@@ -51,7 +51,7 @@ class Topology:
         self,
         name: str,
         gpu: GpuSpec,
-        graph: nx.Graph,
+        graph: nx.Graph[str],
         gpu_nodes: Sequence[str] | None = None,
         description: str = "",
     ) -> None:
@@ -61,7 +61,7 @@ class Topology:
         self.description = description
         self._gpu_nodes = list(gpu_nodes) if gpu_nodes is not None else ordered_gpu_nodes(graph)
         if not self._gpu_nodes:
-            raise OptlayoutError("nodes: the topology has no gpu nodes")
+            raise InputError("nodes: the topology has no gpu nodes")
         self._t: Tables = analyse(graph, self._gpu_nodes)
         self.num_gpus = len(self._gpu_nodes)
         self.num_servers = len(self._t.server_names)
@@ -79,7 +79,7 @@ class Topology:
 
     def _check(self, rank: int) -> int:
         if not 0 <= rank < self.num_gpus:
-            raise OptlayoutError(f"rank: {rank} is outside 0..{self.num_gpus - 1}")
+            raise InputError(f"rank: {rank} is outside 0..{self.num_gpus - 1}")
         return rank
 
     def gpu_node(self, rank: int) -> str:
@@ -123,13 +123,13 @@ class Topology:
     def _ranks(self, ranks: Sequence[int]) -> np.ndarray:
         arr = np.asarray(ranks, dtype=np.int64).ravel()
         if arr.size == 0:
-            raise OptlayoutError("ranks: a group needs at least one rank")
+            raise InputError("ranks: a group needs at least one rank")
         uniq = np.unique(arr)
         if uniq.size != arr.size:
-            raise OptlayoutError("ranks: a group lists a rank twice")
+            raise InputError("ranks: a group lists a rank twice")
         if uniq[0] < 0 or uniq[-1] >= self.num_gpus:
             bad = int(uniq[0] if uniq[0] < 0 else uniq[-1])
-            raise OptlayoutError(f"rank: {bad} is outside 0..{self.num_gpus - 1}")
+            raise InputError(f"rank: {bad} is outside 0..{self.num_gpus - 1}")
         return uniq
 
     def _group(self, ranks: np.ndarray) -> tuple[float, float]:
@@ -205,7 +205,7 @@ class Topology:
         t = self._t
         level = next((k for k, b in enumerate(t.blocks) if (b[ranks] == b[ranks[0]]).all()), None)
         if level is None:
-            raise OptlayoutError(f"topology: no network path joins ranks {int(ranks[0])} and {int(ranks[-1])}")
+            raise InputError(f"topology: no network path joins ranks {int(ranks[0])} and {int(ranks[-1])}")
         # NIC pools: the group's GPUs in one scale-up domain reach each other's NICs over NVLink (PXN).
         _, pool = np.unique(t.domain[ranks], return_inverse=True)
         owned = np.bincount(pool, weights=t.nic_bw[ranks])
@@ -233,12 +233,12 @@ class Topology:
     def _evaluate_dim(self, size: int, stride: int) -> tuple[float, float]:
         """Groups tile the first floor(N / (size*stride)) * size*stride ranks; a bounded sample is read."""
         if size < 1 or stride < 1:
-            raise OptlayoutError(f"dim: size ({size}) and stride ({stride}) must be positive")
+            raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         if size == 1:
             return math.inf, 0.0
         span = size * stride
         if span > self.num_gpus:
-            raise OptlayoutError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
+            raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
         groups = (self.num_gpus // span) * stride
         picks = np.unique(np.linspace(0, groups - 1, min(groups, MAX_SAMPLED_GROUPS)).round().astype(np.int64))
         offsets = np.arange(size, dtype=np.int64) * stride

@@ -3,7 +3,7 @@
 The order is what both the CP-SAT model and the oracle optimize: cluster throughput first (tokens/s
 over all GPUs, so idle GPUs count against a layout), then the simpler layout, then a fixed field order,
 so the same input always gives the same answer. Under the goodput objective the throughput is multiplied
-by each layout's effective time fraction (`optlayout.goodput`) inside the candidate, before any order is
+by each layout's effective time fraction (`optlayout.conditions.goodput`) inside the candidate, before any order is
 taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ranks by goodput alike.
 """
 
@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
 from optlayout.cost.comm import LinkSource
-from optlayout.cost.memory import stage_layer_counts, stage_params, state_bytes_per_gpu
+from optlayout.cost.memory import param_count_per_stage, state_bytes_per_gpu
+from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
-from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
+from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 
 if TYPE_CHECKING:
-    from optlayout.goodput import GoodputModel, LayoutCheckpointing
+    from optlayout.conditions.goodput import GoodputModel, LayoutCheckpointing
 
 _SHARDING_ORDER = {s: i for i, s in enumerate(Sharding)}
 _RECOMPUTE_ORDER = {r: i for i, r in enumerate(Recompute)}
@@ -51,16 +52,31 @@ class Candidate:
         return tokens if self.checkpointing is None else tokens * self.checkpointing.effective_time_fraction
 
 
-def layout_identity(layout: Layout) -> tuple:
-    """What makes two layouts distinct in a top-K: everything but the accumulation, which within batch
+_IDENTITY = tuple(a.name for a in AXES if a.name != "grad_accum")
+_MODEL_SPLITS = tuple(a.name for a in AXES if a.splits_model)
+_ALL_BUT_MICRO_BATCH = tuple(a.name for a in AXES if a.name != "micro_batch")
+
+
+def layout_identity(layout: Layout) -> tuple[object, ...]:
+    """What makes two layouts distinct in a top-K: every axis but the accumulation, which within batch
     bounds is chosen for each layout (a layout with one micro-batch fewer is not a different layout)."""
-    fields = ("tp", "pp", "vp", "cp", "dp", "micro_batch", "sharding", "recompute", "sequence_parallel")
-    return (*(getattr(layout, f) for f in fields), layout.first_stage_layers, layout.last_stage_layers)
+    return tuple(getattr(layout, f) for f in _IDENTITY)
 
 
-def simplicity_key(layout: Layout) -> tuple:
+def grid_key(layout: Layout) -> tuple[int, ...]:
+    """The rank-grid degrees: what a layout's group links depend on."""
+    return tuple(getattr(layout, a.name) for a in GRID_AXES)
+
+
+def state_key(layout: Layout) -> tuple[object, ...]:
+    """What the training state per GPU depends on: the stage split, tp, the shard group dp x cp, sharding."""
+    return (layout.tp, layout.pp, layout.dp * layout.cp, layout.sharding, layout.first_stage_layers,
+            layout.last_stage_layers)  # fmt: skip
+
+
+def simplicity_key(layout: Layout) -> tuple[object, ...]:
     """Fewer parallel dimensions and less machinery first; then a fixed field order."""
-    used = sum(d > 1 for d in (layout.tp, layout.pp, layout.vp, layout.cp))
+    used = sum(getattr(layout, name) > 1 for name in _MODEL_SPLITS)
     return (
         used,
         _SHARDING_ORDER[layout.sharding],
@@ -76,7 +92,7 @@ def simplicity_key(layout: Layout) -> tuple:
     )
 
 
-def rank_key(candidate: Candidate, throughput_scale: float) -> tuple:
+def rank_key(candidate: Candidate, throughput_scale: float) -> tuple[object, ...]:
     """Sort key: best first. Throughput is compared at the same integer resolution the CP-SAT model uses."""
     return (-scaled_throughput(candidate, throughput_scale), simplicity_key(candidate.layout))
 
@@ -116,16 +132,16 @@ class CostTable:
     ) -> None:
         self.model, self.job, self.gpu, self.topology, self.params = model, job, gpu, topology, params
         self.goodput = goodput  # set: candidates carry their checkpointing and rank by goodput
-        self._links: dict[tuple[int, int, int, int], GroupLinks] = {}
-        self._memo: dict = {}
+        self._links: dict[tuple[int, ...], GroupLinks] = {}
+        self._memo: dict[tuple[object, ...], object] = {}
 
     def candidate(self, layout: Layout) -> Candidate:
-        key = (layout.tp, layout.cp, layout.dp, layout.pp)
+        key = grid_key(layout)
         links = self._links.get(key)
         if links is None:
             links = self._links[key] = group_links(self.topology, layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
-        ckpt = self.goodput.estimate(layout) if self.goodput is not None else None
+        ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
 
     def predict(self, layout: Layout) -> Prediction:
@@ -134,9 +150,8 @@ class CostTable:
     def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
         """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
         recomputation and schedule of the same degrees and sharding (activations only add)."""
-        counts = stage_layer_counts(self.model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
-        params_on_gpu = max(stage_params(self.model, layout, i, n) for i, n in enumerate(counts))
-        state = sum(state_bytes_per_gpu(params_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
+        param_count_on_gpu = max(param_count_per_stage(self.model, layout))
+        state = sum(state_bytes_per_gpu(param_count_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
     def throughput_bound(self, group: LayoutGroup) -> float:
@@ -166,9 +181,9 @@ class CostTable:
             ordered = sorted(((self.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
         margin = 2.0 * (ordered[0][0] if ordered and k is not None else 0.0) / THROUGHPUT_RESOLUTION
-        best_by_layout: dict[tuple, float] = {}
-        state_ok: dict[tuple, bool] = {}
-        overflow_mb: dict[tuple, int] = {}
+        best_by_layout: dict[tuple[object, ...], float] = {}
+        state_ok: dict[tuple[object, ...], bool] = {}
+        overflow_mb: dict[tuple[object, ...], int] = {}
         out: list[Candidate] = []
         capacity_bytes = limits.memory_capacity_bytes
         capacity_mib = int(capacity_bytes // MIB)
@@ -178,14 +193,14 @@ class CostTable:
                 if bound < kth - margin:
                     break  # every remaining group is bounded below the k-th best: none can enter the top k
             for lay in group.layouts():
-                skey = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
+                skey = state_key(lay)
                 ok = state_ok.get(skey)
                 if ok is None:
                     ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
                 if not ok:
                     continue
                 # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
-                mkey = (*skey, lay.cp, lay.vp, lay.grad_accum, lay.recompute, lay.sequence_parallel)
+                mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
                 if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                     continue
                 cand = self.candidate(lay)
