@@ -19,7 +19,7 @@ __all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recomput
 
 MlpKind = Literal["swiglu", "gelu", "relu2"]
 Precision = Literal["bf16", "fp16", "fp8"]
-GpuArch = Literal["ampere", "hopper", "blackwell", "cdna3", "other"]
+GpuArch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "other"]
 AttentionKernel = Literal["flash", "flash2", "naive"]
 Optimizer = Literal["adam", "muon"]
 MoeRouting = Literal["balanced"]
@@ -31,10 +31,23 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class RopeScaling(_Spec):
+    """Llama 3.1's RoPE frequency scaling (`rope_type: llama3` in a Hugging Face config)."""
+
+    factor: float = Field(8.0, gt=0)
+    low_freq_factor: float = Field(1.0, gt=0)
+    high_freq_factor: float = Field(4.0, gt=0)
+    original_max_position: PositiveInt = 8192
+
+
 class ModelSpec(_Spec):
     """A decoder-only transformer, by shape: dense, or mixture-of-experts (`moe`) with GQA or multi-latent
     attention (`attention`) and multi-token-prediction modules (`mtp_layers`). Parameter counts are derived,
-    never given."""
+    never given.
+
+    The position and norm fields (`rope_theta`, `rope_scaling`, `alibi`, `norm_eps`) change no count; the
+    launcher emitters write them, so that a launched run trains this model and not a launcher default.
+    """
 
     name: str = "custom"
     layers: PositiveInt
@@ -51,6 +64,10 @@ class ModelSpec(_Spec):
     attention: AttentionSpec = AttentionSpec()
     moe: MoeSpec | None = Field(None, description="mixture-of-experts layers; None: a dense model")
     mtp_layers: NonNegativeInt = Field(0, description="multi-token-prediction modules after the last layer")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base (Llama 3: 500000); unused with learned positions")
+    rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling; None = plain RoPE")
+    alibi: bool = Field(False, description="ALiBi attention biases instead of positions (MPT, BLOOM)")
+    norm_eps: float = Field(1e-5, gt=0, description="RMSNorm/LayerNorm epsilon")
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelSpec:

@@ -62,9 +62,7 @@ class Layout(BaseModel):
     ] = 1  # fmt: skip
     micro_batch: Annotated[PositiveInt, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
     grad_accum: Annotated[PositiveInt, Axis("ga", "micro-batches per step", label="grad accum")] = 1
-    sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = (
-        Sharding.none
-    )
+    sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = Sharding.none
     recompute: Annotated[Recompute, Axis("recompute", "activation recomputation")] = Recompute.none
     sequence_parallel: Annotated[
         bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")
