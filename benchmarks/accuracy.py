@@ -1,7 +1,9 @@
-"""Prediction error of tokens/s/GPU on the published runs, per source, GPU and precision.
+"""Prediction error of tokens/s/GPU on the published runs, per source, GPU and precision; the mixture-of-experts
+runs apart, cross-validated leaving one model out, with where the published Megatron-Bridge layouts rank.
 
 Reproduce:  python benchmarks/accuracy.py [RUNS.jsonl] [--calibration calibration.yaml] [--write]
-`--write` replaces the accuracy section of benchmarks/RESULTS.md with the tables printed.
+            python benchmarks/accuracy.py --moe [MOE_RUNS.jsonl] [--write]
+`--write` replaces the accuracy (or accuracy-moe) section of benchmarks/RESULTS.md with the tables printed.
 Runs whose layout has unpublished fields are filled by the solver with the published fields pinned
 (`optlayout.runs.predict`); the table counts how many runs needed filling.
 """
@@ -20,10 +22,11 @@ from _results import publish
 
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.runs.predict import RunPrediction, predict_run
-from optlayout.runs.records import read_runs
+from optlayout.runs.records import RunRecord, read_runs
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RUNS = HERE.parent.parent / "shared" / "data" / "calibration_runs.jsonl"
+DEFAULT_MOE_RUNS = HERE.parent.parent / "shared" / "data" / "calibration_runs_moe.jsonl"
 
 
 def _short_source(source: str) -> str:
@@ -70,12 +73,122 @@ def _cross_validation(records: list) -> list[str]:
     return out
 
 
+def _moe_table(title: str, groups: dict[str, list[float]], signed: dict[str, list[float]]) -> list[str]:
+    lines = [f"| {title} | runs | MAPE | median APE | mean signed error |", "|---|---:|---:|---:|---:|"]
+    for key in sorted(groups):
+        apes = groups[key]
+        lines.append(f"| {key} | {len(apes)} | {statistics.mean(apes):.1%} | {statistics.median(apes):.1%} "
+                     f"| {statistics.mean(signed[key]):+.1%} |")  # fmt: skip
+    return lines
+
+
+def _published_fields(record: RunRecord) -> dict[str, object]:
+    return {k: v for k, v in record.layout.known().items() if k not in ("sharding", "recompute")}
+
+
+def _recipe_agreement(records: list[RunRecord], params_for) -> tuple[list[str], list[float], int, int]:
+    """Each Megatron-Bridge group (model, system, job): is the published layout in the solver's top 10, and how
+    much faster the solver claims its pick is than the published layout (both predicted by the same model)."""
+    from optlayout.planning import solve
+    from optlayout.runs.predict import predict_run
+
+    groups: dict[tuple[object, ...], RunRecord] = {}
+    for rec in records:
+        if rec.source.startswith("NVIDIA-NeMo/Megatron-Bridge"):
+            key = (rec.group_key, tuple(sorted(_published_fields(rec).items())))
+            groups.setdefault(key, rec)
+    lines = ["| model, system, job | published layout (filled) | predicted tok/s/GPU | in top 10 | solver's pick "
+             "| claimed gain |", "|---|---|---:|---|---|---:|"]  # fmt: skip
+    gains, inside = [], 0
+    for rec in groups.values():
+        params = params_for(rec.cluster.gpu, rec.job.precision)
+        published = predict_run(rec, params)
+        plan = solve(rec.model, rec.cluster, rec.job_spec(), top=10, params=params)
+        want = _published_fields(rec)
+        found = any(all(getattr(p.layout, k) == v for k, v in want.items()) for p in plan.layouts)
+        inside += found
+        best = plan.layouts[0]
+        gain = best.prediction.tokens_per_s_per_gpu / published.prediction.tokens_per_s_per_gpu - 1
+        gains.append(gain)
+        c, j = rec.cluster, rec.job
+        lines.append(f"| {rec.model.name}, {c.gpu} x {c.gpus}, seq {j.seq_len}, batch {j.global_batch}, {j.precision} "
+                     f"| {published.layout.short()} | {published.prediction.tokens_per_s_per_gpu:,.0f} "
+                     f"| {'yes' if found else 'no'} | {best.layout.short()} | {gain:+.1%} |")  # fmt: skip
+    return lines, gains, inside, len(groups)
+
+
+def moe_main(path: str, write: bool) -> int:
+    """The MoE runs: dense constants from the shipped calibration (fitted on dense runs only), the MoE-only
+    constants at their sourced defaults (nothing fitted on an MoE run) and fitted leaving one model out."""
+    from optlayout.runs.calibrate import calibrate_moe, load_calibration, shipped_calibration_path
+
+    records = read_runs(path)
+    dense = load_calibration(shipped_calibration_path())
+    t0 = time.perf_counter()
+    values, report = calibrate_moe(records, dense, lambda _m: None)
+    elapsed = time.perf_counter() - t0
+    preds = [predict_run(rec, dense.params_for(rec.cluster.gpu, rec.job.precision)) for rec in records]
+    by_model: dict[str, list[float]] = defaultdict(list)
+    signed: dict[str, list[float]] = defaultdict(list)
+    by_hw: dict[str, list[float]] = defaultdict(list)
+    signed_hw: dict[str, list[float]] = defaultdict(list)
+    for p in preds:
+        err = p.prediction.tokens_per_s_per_gpu / p.record.measured.tokens_per_s_per_gpu - 1
+        for key, table, sign in ((p.record.model.name, by_model, signed), ("all", by_model, signed),
+                                 (f"{p.record.model.name}, {p.record.cluster.gpu} {p.record.job.precision}", by_hw,
+                                  signed_hw)):  # fmt: skip
+            table[key].append(p.ape)
+            sign[key].append(err)
+    cv, ins = report["cross_validated_by_model"], report["in_sample"]
+    fitted = ", ".join(f"{k} {v:.3f}" for k, v in values.items())
+    lines = [
+        f"{len(records)} runs of `{Path(path).name}` (Grok-1 on H100 by NVIDIA dgxc-benchmarking, real routing; "
+        "Qwen3-30B-A3B and GPT-OSS 120B by Megatron-Bridge, force-balanced), on "
+        f"{platform.machine()} {platform.python_version()}. Command: `python benchmarks/accuracy.py --moe`.",
+        "Dense constants: the shipped calibration (fitted on dense runs only, never refit here). MoE-only constants "
+        f"({', '.join(report['fitted'])}): their sourced defaults, or fitted by `optlayout calibrate` "
+        f"({elapsed:.0f} s).",
+        "",
+        "Out of sample first: MAPE of tokens/s/GPU per model held out.",
+        "",
+        "| model | runs | sourced MoE constants (none fitted) | MoE constants fitted on the other models "
+        "| in-sample fit |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for model in report["models"]:
+        n = len(by_model[model])
+        lines.append(f"| {model} | {n} | {report['uncalibrated']['per_model'][model]:.1%} "
+                     f"| {cv['per_model'][model]:.1%} | {ins['per_model'][model]:.1%} |")  # fmt: skip
+    lines.append(f"| all | {len(records)} | {report['uncalibrated']['mape']:.1%} | {cv['mape']:.1%} "
+                 f"| {ins['mape']:.1%} |")  # fmt: skip
+    lines += ["", f"Fitted on all MoE runs: {fitted} (not shipped: see the reading below).", "",
+              "Sourced MoE constants, by model and by system:", "",
+              *_moe_table("model", by_model, signed), "", *_moe_table("model, GPU, precision", by_hw, signed_hw), ""]
+    worst = sorted(preds, key=lambda p: -p.ape)[:8]
+    lines += ["Worst runs:", "", "| run | measured tok/s/GPU | predicted | APE | layout used | filled |",
+              "|---|---:|---:|---:|---|---|"]  # fmt: skip
+    for p in worst:
+        lines.append(f"| {p.record.id} | {p.record.measured.tokens_per_s_per_gpu:,.0f} | "
+                     f"{p.prediction.tokens_per_s_per_gpu:,.0f} | {p.ape:.0%} | {p.layout.short()} | "
+                     f"{', '.join(f'{k}={v}' for k, v in p.filled_fields.items())} |")  # fmt: skip
+    table, gains, inside, total = _recipe_agreement(records, dense.params_for)
+    lines += ["", "Published Megatron-Bridge layouts against the solver's top 10 (one row per model, system, job and "
+              f"published layout; sourced MoE constants): {inside} of {total} in the top 10, median claimed gain "
+              f"{statistics.median(gains):+.1%}.", "", *table]  # fmt: skip
+    publish("accuracy-moe", "Prediction accuracy on the published mixture-of-experts runs", "\n".join(lines), write)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS))
+    parser.add_argument("runs", nargs="?", default=None)
     parser.add_argument("--calibration", default=None)
+    parser.add_argument("--moe", action="store_true", help="the mixture-of-experts runs (default file: ../shared)")
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = parser.parse_args()
+    if args.moe:
+        return moe_main(args.runs or str(DEFAULT_MOE_RUNS), args.write)
+    args.runs = args.runs or str(DEFAULT_RUNS)
 
     records = read_runs(args.runs)
     calibration = None

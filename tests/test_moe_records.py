@@ -116,3 +116,30 @@ def test_a_window_longer_than_the_sequence_is_plain_causal_attention() -> None:
     assert model.beyond_dense(4096) == []
     assert model.beyond_dense(8192) == ["sliding-window attention (window 4096 < sequence 8192)"]
     check_layout(model, JobSpec(seq_len=4096, global_batch=8), Layout(tp=8, grad_accum=8), 8)  # costed as before
+
+
+def test_calibrate_fits_moe_constants_on_moe_runs_only_and_keeps_the_dense_ones(tmp_path) -> None:
+    from optlayout.runs.calibrate import MOE_FITTED, calibrate, load_calibration, shipped_calibration_path
+
+    records = read_runs(MOE_RUNS)
+    shipped = load_calibration(shipped_calibration_path())
+    fitted = calibrate(records, fitted_on="moe fixture")
+    assert fitted.default == shipped.default and fitted.entries == shipped.entries  # the dense constants stay
+    assert set(fitted.moe) == set(MOE_FITTED)
+    assert all(MOE_FITTED[k][0] <= v <= MOE_FITTED[k][1] for k, v in fitted.moe.items())
+    report = fitted.report["moe"]
+    assert set(report["cross_validated_by_model"]["per_model"]) == {"Grok-1 314B", "GPT-OSS 120B", "Qwen3-30B-A3B"}
+    fitted.save(tmp_path / "cal.yaml")
+    params = load_calibration(tmp_path / "cal.yaml").params_for("h100-sxm", "bf16")
+    assert params.all_to_all_efficiency == fitted.moe["all_to_all_efficiency"]
+    assert params.gemm_efficiency == shipped.params_for("h100-sxm", "bf16").gemm_efficiency
+
+
+def test_the_dispatcher_of_a_bridge_record_is_assumed_from_its_recipes_and_said() -> None:
+    from optlayout.runs.predict import assumed_fields
+
+    records = {r.id: r for r in read_runs(MOE_RUNS)}
+    gb200 = records["mb-26.08-pretrain-gb200-gptoss120b-mxfp8-64g-main"]
+    assert gb200.job_spec().moe_dispatcher == "flex" and "HybridEP" in assumed_fields(gb200)["moe_dispatcher"]["why"]
+    h100 = records["mb-26.02.01-pretrain-h100-qwen330ba3b-fp8-16g-main"]
+    assert h100.job_spec().moe_dispatcher == "alltoall"

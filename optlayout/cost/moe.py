@@ -219,7 +219,11 @@ def moe_activation_bytes(model: ModelSpec, job: JobSpec, layout: Layout, params:
     values = _MLP_VALUES[model.mlp]
     shared = ACT_BYTES * tokens * moe.shared_experts * moe.shared_width * values
     router = t_loc * experts * (ACT_BYTES + 8)  # probabilities (16-bit) and the int64 routing map
-    routed = ACT_BYTES * rows * (h + moe.expert_ffn / layout.etp * values)  # permuted tokens, fc1 out, activation
+    width = moe.expert_ffn / layout.etp
+    # the grouped GEMMs' inputs (permuted tokens, activation output) are kept in FP8 by FP8 jobs (Megatron MoE
+    # README "FP8 Training": FP8 storage of linear inputs, "50% activation reduction"); fc1's output in 16 bits
+    gemm_input = 1.0 if job.precision == "fp8" else float(ACT_BYTES)
+    routed = rows * (gemm_input * (h + width) + ACT_BYTES * width * (values - 1))
     combine = ACT_BYTES * t_loc * k * h
     return shared, router + routed + combine
 

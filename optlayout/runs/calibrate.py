@@ -36,6 +36,12 @@ FITTED: dict[str, tuple[float, float]] = {
     "dp_comm_overlap": (0.0, 1.0),
 }
 MIN_RUNS_PER_KEY = 8  # fewer runs than this for a GPU/precision: use the global fit
+# Fitted on mixture-of-experts runs only, one set for every GPU, on top of the dense constants (which MoE runs never
+# refit): the grouped expert GEMMs' rate against a dense GEMM's and the expert all-to-all's link efficiency.
+MOE_FITTED: dict[str, tuple[float, float]] = {
+    "grouped_gemm_efficiency_ratio": (0.3, 1.0),
+    "all_to_all_efficiency": (0.2, 1.0),
+}
 
 
 def calibration_key(gpu: str, precision: str) -> str:
@@ -50,11 +56,12 @@ class Calibration(pydantic.BaseModel):
     fitted: list[str]
     default: dict[str, float]
     entries: dict[str, dict[str, float]] = pydantic.Field(default_factory=dict)
+    moe: dict[str, float] = pydantic.Field(default_factory=dict, description="MOE_FITTED constants, every GPU")
     report: dict[str, Any] = pydantic.Field(default_factory=dict)
 
     def params_for(self, gpu: str, precision: str) -> CostParams:
         values = self.entries.get(calibration_key(gpu, precision), self.default)
-        return DEFAULT_PARAMS.model_copy(update=values)
+        return DEFAULT_PARAMS.model_copy(update=values | self.moe)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.model_dump(), sort_keys=False, width=110))
@@ -77,7 +84,7 @@ def load_calibration(path: str | Path) -> Calibration:
         calibration = Calibration.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "calibration")) from None
-    for key, values in {"default": calibration.default, **calibration.entries}.items():
+    for key, values in {"default": calibration.default, "moe": calibration.moe, **calibration.entries}.items():
         try:
             CostParams(**(DEFAULT_PARAMS.model_dump() | values))
         except pydantic.ValidationError as exc:
@@ -188,10 +195,34 @@ def _params(global_params: CostParams, per_key: dict[str, CostParams], case: _Ca
 
 
 def calibrate(
-    records: Sequence[RunRecord], fitted_on: str, progress: Callable[[str], None] | None = None
+    records: Sequence[RunRecord],
+    fitted_on: str,
+    progress: Callable[[str], None] | None = None,
+    shared: Calibration | None = None,
 ) -> Calibration:
-    """Fit a calibration on all runs and report its cross-validated error (leave one source out)."""
+    """Fit a calibration on all runs and report its cross-validated error: the dense constants on the dense runs
+    (leave one source out), then the MoE-only constants (`MOE_FITTED`) on the mixture-of-experts runs, on top of
+    those dense constants (leave one model out). Without dense runs the dense constants are `shared`'s (default:
+    the shipped calibration), never refit from MoE runs."""
     say = progress or (lambda _msg: None)
+    dense = [r for r in records if r.model.moe is None]
+    moe = [r for r in records if r.model.moe is not None]
+    names = list(FITTED)
+    if dense:
+        calibration = _calibrate_dense(dense, fitted_on, say)
+    else:
+        base = shared or load_calibration(shipped_calibration_path())
+        calibration = Calibration(fitted_on=f"{fitted_on}; dense constants from {base.fitted_on}", fitted=names,
+                                  default=base.default, entries=base.entries,
+                                  report={"runs": 0, "sources": []})  # fmt: skip
+    if moe:
+        values, report = calibrate_moe(moe, calibration, say)
+        calibration = calibration.model_copy(update={"moe": values, "report": calibration.report | {"moe": report}})
+    return calibration
+
+
+def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable[[str], None]) -> Calibration:
+    """The dense constants per GPU/precision, cross-validated leaving one source out."""
     say(f"filling layouts of {len(records)} runs")
     cases = prepare(records, lambda _g, _p: DEFAULT_PARAMS)
     sources = sorted({c.prediction.record.source for c in cases})
@@ -237,3 +268,63 @@ def calibrate(
             "in_sample": table(insample),
         },
     )
+
+
+def calibrate_moe(
+    records: Sequence[RunRecord], dense: Calibration, say: Callable[[str], None]
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The MoE-only constants, one set for every GPU, fitted on the MoE runs with each run's dense constants held
+    at `dense`'s; the error under cross-validation leaving one model out (fit on the other models)."""
+    say(f"filling layouts of {len(records)} mixture-of-experts runs")
+    cases = prepare(records, dense.params_for)
+    models = sorted({c.prediction.record.model.name for c in cases})
+
+    def base(case: _Case) -> CostParams:
+        rec = case.prediction.record
+        return dense.params_for(rec.cluster.gpu, rec.job.precision)
+
+    def fitted(train: Sequence[_Case]) -> dict[str, float]:
+        return _fit_moe(train, base) if train else {}
+
+    def apes(values: dict[str, float], which: Sequence[_Case]) -> dict[int, float]:
+        return {id(c): _ape(c, base(c).model_copy(update=values)) for c in which}
+
+    uncal = apes({}, cases)
+    cv: dict[int, float] = {}
+    for model in models:
+        say(f"cross-validation: holding out {model}")
+        held = [c for c in cases if c.prediction.record.model.name == model]
+        cv |= apes(fitted([c for c in cases if c.prediction.record.model.name != model]), held)
+    say("fitting the MoE constants on all MoE runs")
+    values = fitted(cases)
+    insample = apes(values, cases)
+
+    def table(errors: dict[int, float]) -> dict[str, Any]:
+        by_model: dict[str, list[float]] = defaultdict(list)
+        for c in cases:
+            by_model[c.prediction.record.model.name].append(errors[id(c)])
+        vals = list(errors.values())
+        return {"mape": statistics.mean(vals), "median_ape": statistics.median(vals),
+                "per_model": {m: round(statistics.mean(v), 4) for m, v in sorted(by_model.items())}}  # fmt: skip
+
+    report = {"runs": len(cases), "models": models, "fitted": list(MOE_FITTED), "uncalibrated": table(uncal),
+              "cross_validated_by_model": table(cv), "in_sample": table(insample)}  # fmt: skip
+    return {n: round(v, 6) for n, v in values.items()}, report
+
+
+def _fit_moe(cases: Sequence[_Case], base: Callable[[_Case], CostParams]) -> dict[str, float]:
+    """Robust least squares of the `MOE_FITTED` constants on log errors, each run on its own dense constants."""
+    names = list(MOE_FITTED)
+    measured = np.array([c.prediction.record.measured.tokens_per_s_per_gpu for c in cases])
+    lo = np.array([MOE_FITTED[n][0] for n in names])
+    hi = np.array([MOE_FITTED[n][1] for n in names])
+    x0 = np.clip(np.array([getattr(DEFAULT_PARAMS, n) for n in names]), lo, hi)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        update = dict(zip(names, (float(v) for v in x), strict=True))
+        predicted = np.array([c.predicted_tps(base(c).model_copy(update=update)) for c in cases])
+        errors: np.ndarray = np.log(predicted / measured)
+        return errors
+
+    result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
+    return dict(zip(names, (float(v) for v in result.x), strict=True))

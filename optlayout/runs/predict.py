@@ -43,8 +43,8 @@ def run_job(record: RunRecord) -> JobSpec:
 
 def assumed_fields(record: RunRecord) -> dict[str, dict[str, str]]:
     """Job fields the record leaves unstated, with the value assumed and why."""
-    kernel, why = record.attention_kernel()
-    return {} if why is None else {"attention_kernel": {"value": kernel, "why": why}}
+    assumed = {"attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher()}
+    return {name: {"value": value, "why": why} for name, (value, why) in assumed.items() if why is not None}
 
 
 def _pins(record: RunRecord) -> dict[str, Any]:

@@ -13,7 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.presets import gpu_preset
-from optlayout.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, MoeRouting, Optimizer, Precision
+from optlayout.specs import (
+    AttentionKernel,
+    ClusterSpec,
+    JobSpec,
+    ModelSpec,
+    MoeDispatcher,
+    MoeRouting,
+    Optimizer,
+    Precision,
+)
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "ep", "etp", "micro_batch", "sharding", "recompute", "sequence_parallel")
 EXPERT_FIELDS = ("ep", "etp")  # a dense model has none: absent or null, they are 1, not unknown
@@ -27,6 +36,7 @@ class RunJob(BaseModel):
     precision: Precision = "bf16"
     attention_kernel: AttentionKernel | None = Field(None, description="flash | flash2 | naive; null = not stated")
     moe_routing: MoeRouting | None = Field(None, description="balanced (forced uniform, dropless); null = real routing")
+    moe_dispatcher: MoeDispatcher | None = Field(None, description="alltoall | flex; null = not stated")
     optimizer: Optimizer = "adam"
 
 
@@ -39,6 +49,11 @@ FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
         frozenset({"ampere", "hopper"}),
     ),
 }
+
+
+# The token dispatcher of Megatron-Bridge's MoE performance recipes (perf_recipes/{qwen,gpt_oss}/<system>/ @067f987d):
+# HybridEP through the flex dispatcher on the NVL72 and B300 systems, the all-to-all dispatcher elsewhere.
+BRIDGE_FLEX_GPUS = frozenset({"gb200", "gb300", "b300"})
 
 
 class RunLayout(BaseModel):
@@ -97,6 +112,14 @@ class RunRecord(BaseModel):
                 return "flash2", f"from the source: {why}"
         return "flash", "not stated: the GPU's native fused kernel"
 
+    def moe_dispatcher(self) -> tuple[MoeDispatcher, str | None]:
+        """The MoE token dispatcher the run used, and why it was assumed (None when stated or not an MoE run)."""
+        if self.job.moe_dispatcher is not None or self.model.moe is None:
+            return self.job.moe_dispatcher or "alltoall", None
+        if getattr(self, "framework", None) == "megatron-bridge" and self.cluster.gpu in BRIDGE_FLEX_GPUS:
+            return "flex", "Megatron-Bridge's MoE perf recipes run HybridEP (flex dispatcher) on this system"
+        return "alltoall", "not stated: Megatron's all-to-all token dispatcher"
+
     def unknown_layout_fields(self) -> list[str]:
         """The layout fields the record leaves unpublished (the solver fills them)."""
         return self.layout.unknown(experts=self.model.moe is not None)
@@ -106,7 +129,7 @@ class RunRecord(BaseModel):
         job = self.job
         return JobSpec(seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision,
                        attention_kernel=self.attention_kernel()[0], moe_routing=job.moe_routing,
-                       optimizer=job.optimizer)  # fmt: skip
+                       moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer)  # fmt: skip
 
     @property
     def group_key(self) -> tuple[object, ...]:
