@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 import typer
 from rich.table import Table
 
-from optlayout.cli import common
+from optlayout.cli import common, outputs
 from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec, storage_spec
 from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
 from optlayout.errors import InputError
@@ -216,6 +216,9 @@ def solve_command(
     gpus: GpusOpt = None,
     save: Annotated[Path | None, typer.Option("--save", help="write the plan as JSON")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="write a self-contained HTML report")] = None,
+    report_timings: Annotated[
+        bool, typer.Option("--report-timings", help="put the search's wall-clock times in the report")
+    ] = False,
     as_json: common.JsonOpt = False,
 ) -> None:
     """The layouts with the highest predicted MFU (or goodput), proven optimal within the cost model;
@@ -232,6 +235,10 @@ def solve_command(
                      allow_tp_beyond_domain=allow_tp_beyond_domain, max_bubble_fraction=max_bubble)  # fmt: skip
     if (topology is not None) and (cluster is not None):
         raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+    inputs = (topology, model_config, model, calibration, from_plan)
+    for flag, path in (("--save", save), ("--report", report)):
+        if path is not None:
+            outputs.check_output(path, flag, inputs)
     source = topology if topology is not None else cluster
     loaded = None
     if from_plan is not None:
@@ -259,7 +266,7 @@ def solve_command(
         params = common.params_arg(calibration, loaded.topology.gpu.name, precision)
         plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
                      straggler_slowdown=straggler_slowdown or 0.0, **search)  # fmt: skip
-    _output(plan, save, report, loaded, as_json)
+    _output(plan, save, report, loaded, as_json, inputs, report_timings)
 
 
 def _replan(
@@ -284,22 +291,32 @@ def _replan(
     return plan, loaded
 
 
-def _output(plan: Plan, save: Path | None, report: Path | None, loaded: LoadedCluster | None, as_json: bool) -> None:
-    """Save, report and print the plan; exit status 1 when it holds no layout."""
+def _output(
+    plan: Plan,
+    save: Path | None,
+    report: Path | None,
+    loaded: LoadedCluster | None,
+    as_json: bool,
+    inputs: tuple[object, ...],
+    timings: bool,
+) -> None:
+    """Save, report and print the plan; with no layout, the diagnosis goes to stderr (one line) and the exit
+    status is 1."""
+    paths = [p for p in inputs if isinstance(p, str | Path)]
     if save is not None:
-        plan.save(save)
+        outputs.write_output(save, plan.to_json() + "\n", "--save", paths)
     if report is not None:
-        from optlayout.report import plan_report_html, write_report
+        from optlayout.report import plan_report_html
 
         topo = loaded.topology if loaded is not None and plan.layouts else None
-        write_report(plan_report_html(plan, topo if topo is not None and topo.num_gpus == plan.gpus else None), report)
+        topo = topo if topo is not None and topo.num_gpus == plan.gpus else None
+        outputs.write_output(report, plan_report_html(plan, topo, timings=timings), "--report", paths)
     if as_json:
         common.print_json(plan_json(plan))
-    else:
+    elif plan.layouts:
         print_plan(plan)
     if plan.status in ("infeasible", "unknown"):
-        if as_json:
-            common.err_console.print(f"{plan.status}: {plan.diagnosis}")
+        typer.echo(f"{plan.status}: {plan.diagnosis}", err=True)
         raise typer.Exit(1)
 
 
@@ -327,6 +344,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "gpus": plan.gpus,
         "objective": plan.objective,
         "diagnosis": plan.diagnosis,
+        "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
     if plan.replan is not None:
@@ -353,8 +371,9 @@ def print_plan(plan: Plan) -> None:
 
     con = common.console
     if not plan.layouts:
-        con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}")
+        con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}", soft_wrap=True)
         return
+    common.print_assumed(plan.assumed)
     con.print(
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "
         f"[bold]{plan.status}[/bold] in {plan.solve_time_s:.3f} s over {plan.candidates} candidates"
@@ -464,10 +483,11 @@ def explain_command(
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
                          attention_kernel=attention_kernel)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
-    report = explain_layout(shape, topo, job, parse_layout(layout), params)
+    report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": common.assumed_arg(cluster)}
     if as_json:
         common.print_json(report)
         return
+    common.print_assumed(report["assumed"])
     con = common.console
     rank = report["rank"]
     con.print(

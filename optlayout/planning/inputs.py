@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.presets import model_from_hf_config, model_preset
 from optlayout.specs import ModelSpec
 
@@ -18,7 +21,10 @@ def resolve_model(model: ModelInput) -> ModelSpec:
     if isinstance(model, ModelSpec):
         return model
     if isinstance(model, Mapping):
-        return ModelSpec(**model)
+        try:
+            return ModelSpec(**model)
+        except pydantic.ValidationError as exc:
+            raise InputError(describe_validation_error(exc, "model")) from None
     text = str(model)
     if text.endswith(".json") or Path(text).is_file():
         return model_from_hf_config(text)

@@ -18,7 +18,7 @@ from optlayout.solver.candidates import passes_limits, state_key
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, batch_targets, space_options
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
-from optlayout.topology import Topology, load_cluster, topology_from_dict
+from optlayout.topology import Topology, cluster_assumptions, load_cluster, topology_from_dict
 from optlayout.topology.schema import GeneratorDoc
 
 _SAVED_SPLIT = {Sharding.none: 0, Sharding.zero1: 1, Sharding.zero2: 1, Sharding.fsdp: 2}  # what the saved state shards
@@ -249,6 +249,7 @@ def replan(
         update={
             "cluster": shorthand,
             "topology_doc": doc,
+            "assumed": cluster_assumptions(shorthand) if cluster is not None and shorthand is not None else old.assumed,
             "replan": Replan(from_gpus=old.gpus, from_layout=from_layout, changes=changes),
         }
     )

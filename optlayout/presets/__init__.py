@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,8 @@ import pydantic
 import yaml
 
 from optlayout.errors import InputError, UnsupportedError, describe_validation_error
+from optlayout.inputs.readers import MODEL_CONFIG
+from optlayout.presets.hf_config import check_hf_config
 from optlayout.specs import GpuSpec, ModelSpec
 
 _HERE = Path(__file__).parent
@@ -92,15 +93,11 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         cfg, label = source, name or "hf-config"
     else:
         path = Path(source)
-        try:
-            cfg = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"model-config: no such file {str(path)!r}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"model-config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        cfg = MODEL_CONFIG.json(path)
         label = name or path.stem
     if not isinstance(cfg, dict):
         raise InputError("model-config: expected a JSON object")
+    check_hf_config(cfg)
     if "text_config" in cfg and "hidden_size" not in cfg:
         cfg = cfg["text_config"]
     if any(k in cfg for k in ("num_local_experts", "n_routed_experts", "num_experts")):

@@ -140,12 +140,13 @@ def _network_tier(groups: list[list[int]], levels: list[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------------------- page
 
 
-def plan_report_html(plan: Plan, topology: Topology | None = None) -> str:
-    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths)."""
+def plan_report_html(plan: Plan, topology: Topology | None = None, timings: bool = False) -> str:
+    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths). The page is
+    the same for the same plan; `timings` adds the wall-clock times of the search, which are not."""
     if topology is not None and topology.num_gpus != plan.gpus:
         raise InputError(f"report: the topology has {topology.num_gpus} GPUs but the plan {plan.gpus}")
     gps = topology.gpus_per_server if topology is not None else plan.gpus_per_server
-    parts = [_header(plan, topology)]
+    parts = [_header(plan, topology, timings)]
     if not plan.layouts:
         parts.append(_diagnosis(plan))
     else:
@@ -179,7 +180,7 @@ def _label(planned: PlannedLayout) -> str:
     return f"#{planned.rank} " + " ".join(parts)
 
 
-def _header(plan: Plan, topology: Topology | None) -> str:
+def _header(plan: Plan, topology: Topology | None, timings: bool) -> str:
     job = plan.job
     sequences = job.sequences_per_step
     batch = f"{sequences} sequences = {fmt_num(sequences * job.seq_len)} tokens" if sequences else "solver's choice"
@@ -193,8 +194,8 @@ def _header(plan: Plan, topology: Topology | None) -> str:
         (
             "search",
             f"{fmt_num(plan.legal_layouts)} legal layouts, {fmt_num(plan.evaluated_layouts)} evaluated, "
-            f"{fmt_num(plan.candidates)} in the CP-SAT model; tables {plan.table_time_s:.2f} s, "
-            f"solve {plan.solve_time_s:.2f} s",
+            f"{fmt_num(plan.candidates)} in the CP-SAT model"
+            + (f"; tables {plan.table_time_s:.2f} s, solve {plan.solve_time_s:.2f} s" if timings else ""),
         ),
     ]
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
