@@ -478,6 +478,17 @@ def test_report_is_reproducible_unless_timings_are_asked_for(cli: Callable[..., 
     assert "tables " in (tmp_path / "c.html").read_text()
 
 
+def test_the_same_input_gives_the_same_json(cli: Callable[..., Any]) -> None:
+    """Every field of `solve --json` but the wall-clock times is a function of the input."""
+    args = ["solve", "--model", "llama3-8b", "--topology", str(TOPOLOGIES / "dgx-h100.yaml"), "--seq-len", "4096",
+            "--global-batch", "256", "--top", "3", "--json"]  # fmt: skip
+    first, second = (json.loads(cli(*args).stdout) for _ in range(2))
+    for out in (first, second):
+        for key in ("solve_time_s", "build_time_s"):
+            out.pop(key)
+    assert first == second and len(first["layouts"]) == 3
+
+
 def test_usage_errors_are_one_line(cli: Callable[..., Any]) -> None:
     out = cli("solve", "--top", "abc")
     lines = out.stderr.splitlines()
@@ -546,3 +557,64 @@ def test_text_parsers_raise_only_input_errors(text: str) -> None:
                 parse(text)
             except InputError as exc:
                 assert "\n" not in str(exc)
+
+
+def _entry_points() -> dict[str, tuple[Callable[..., Any], list[Any], dict[str, Any]]]:
+    """Every library entry point with good arguments (each test replaces one of them)."""
+    from optlayout.planning import estimate_layout, estimate_run, explain_layout, replan, resolve_model
+    from optlayout.presets import gpu_preset, model_from_hf_config, model_preset
+    from optlayout.runs.calibrate import calibrated_params
+    from optlayout.runs.records import read_runs
+    from optlayout.topology import load_topology, parse_cluster_shorthand, resolve_cluster
+    from optlayout.topology.discovery import DiscoverOptions, discover
+    from optlayout.trace import analyze
+
+    job = optlayout.JobSpec(seq_len=4096, global_batch=64)
+    layout = optlayout.Layout(tp=2, dp=8, grad_accum=4)
+    cluster = "gpu=h100-sxm,gpus=16"
+    plan = FIXTURES / "plans" / "llama3-8b-16xh100.json"
+    solve_options = {"top": 1, "pins": None, "maxima": None, "exclude": None, "time_limit_s": 10.0,
+                     "objective": "mfu", "straggler_slowdown": 0.0}  # fmt: skip
+    return {
+        "solve": (optlayout.solve, ["llama3-8b", cluster, job], solve_options),
+        "replan": (replan, [plan, 32], {"top": 1, "time_limit_s": 10.0}),
+        "estimate_layout": (estimate_layout, ["llama3-8b", cluster, job, layout], {}),
+        "explain_layout": (explain_layout, ["llama3-8b", cluster, job, layout], {}),
+        "estimate_run": (estimate_run, ["llama3-8b", cluster, job, layout], {"straggler_slowdown": 0.0}),
+        "resolve_model": (resolve_model, ["llama3-8b"], {}),
+        "resolve_cluster": (resolve_cluster, [cluster], {}),
+        "parse_cluster_shorthand": (parse_cluster_shorthand, [cluster], {}),
+        "load_topology": (load_topology, [TOPOLOGIES / "dgx-h100.yaml"], {}),
+        "read_runs": (read_runs, [FIXTURES / "runs" / "runs.jsonl"], {}),
+        "analyze": (analyze, [[FIXTURES / "traces" / "cpu_dropout.json.gz"]], {"top": 10}),
+        "discover": (discover, ["slurm", "SwitchName=s Nodes=n[0-3]", DiscoverOptions(gpu="h100-sxm")], {}),
+        "model_preset": (model_preset, ["llama3-8b"], {}),
+        "gpu_preset": (gpu_preset, ["h100-sxm"], {}),
+        "model_from_hf_config": (model_from_hf_config, [FIXTURES / "hf" / "llama3.1-8b.json"], {}),
+        "calibrated_params": (calibrated_params, ["h100-sxm", "bf16"], {}),
+        "Plan.load": (optlayout.Plan.load, [plan], {}),
+    }
+
+
+ENTRY_POINTS = _entry_points()
+WRONG: tuple[Any, ...] = (None, 0, -1, 2**64, 1.5, math.nan, math.inf, "", "x", "4096", True, [], {}, [1], {"a": 1},
+                          object(), b"x", "tp=8")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+@settings(FUZZ, max_examples=25)
+@given(slot=st.integers(0, 20), value=st.sampled_from(WRONG))
+def test_library_entry_points_raise_only_optlayout_errors(name: str, slot: int, value: Any) -> None:
+    fn, args, kwargs = ENTRY_POINTS[name]
+    args, kwargs = list(args), dict(kwargs)
+    slots = [*range(len(args)), *kwargs]
+    where = slots[slot % len(slots)]
+    if isinstance(where, int):
+        args[where] = value
+    else:
+        kwargs[where] = value
+    with budget(60):
+        try:
+            fn(*args, **kwargs)
+        except OptlayoutError as exc:
+            assert "\n" not in str(exc)

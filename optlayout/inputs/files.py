@@ -13,6 +13,8 @@ from optlayout.inputs.limits import MIB
 
 def check_readable(path: str | Path, what: str) -> Path:
     """The path of a file that exists and is not a directory (a pipe or a device is read like a file)."""
+    if not isinstance(path, str | os.PathLike):
+        raise InputError(f"{what}: expected a file path, got {type(path).__name__}")
     path = Path(path)
     try:
         mode = path.stat().st_mode

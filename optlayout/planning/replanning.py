@@ -11,6 +11,8 @@ import pydantic
 from optlayout.conditions.goodput import FailureSpec, StorageSpec
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InfeasibleError, InputError, OptlayoutError, UnsupportedError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.limits import MAX_GPUS
 from optlayout.layout.model import AXES
 from optlayout.planning.plan import LayoutChange, Plan, Replan
 from optlayout.planning.search import ClusterInput, SolveRequest, failure_input, solve_request, storage_input
@@ -173,6 +175,7 @@ def _batch_rule(job: JobSpec, spec: ModelSpec, gpus: int) -> str:
     )
 
 
+@checked_arguments
 def replan(
     plan: Plan | str | Path,
     gpus: int | None = None,
@@ -201,8 +204,8 @@ def replan(
     works on `gpus`, with the nearest GPU counts that do.
     """
     old = Plan.load(plan) if isinstance(plan, (str, Path)) else plan
-    if gpus is not None and (isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1):
-        raise InputError(f"replan: gpus must be a whole number >= 1 (got {gpus!r})")
+    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+        raise InputError(f"replan: gpus must be a whole number from 1 to {MAX_GPUS:,} (got {gpus!r})")
     options = space_options(pins, maxima, exclude, **switches)
     if cluster is not None:
         loaded = load_cluster(cluster)

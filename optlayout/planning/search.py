@@ -21,6 +21,7 @@ from optlayout.conditions.goodput import (
 from optlayout.conditions.stragglers import check_straggler, with_straggler
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InfeasibleError, InputError
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.limits import MAX_TOP
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.plan import Plan, PlannedLayout
@@ -115,6 +116,7 @@ class SolveRequest:
         return GoodputModel(p.model, p.job, self.failure, self.storage, p.topology.gpus_per_server)
 
 
+@checked_arguments
 def solve(
     model: ModelInput,
     cluster: ClusterInput,

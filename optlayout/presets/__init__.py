@@ -10,6 +10,7 @@ import pydantic
 import yaml
 
 from optlayout.errors import InputError, UnsupportedError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.readers import MODEL_CONFIG
 from optlayout.presets.hf_config import check_hf_config
 from optlayout.specs import GpuSpec, ModelSpec
@@ -38,6 +39,7 @@ def model_names() -> list[str]:
     return list(_model_table())
 
 
+@checked_arguments
 def gpu_preset(name: str) -> GpuSpec:
     """A GPU preset by name (`h100-sxm`, ...); an unknown name lists the valid ones."""
     table = _gpu_table()
@@ -56,6 +58,7 @@ def gpu_preset(name: str) -> GpuSpec:
     )
 
 
+@checked_arguments
 def model_preset(name: str) -> ModelSpec:
     """A model preset by key (`llama3.1-405b`) or by its display name (`Llama 3.1 405B`)."""
     table = _model_table()
@@ -87,6 +90,7 @@ _HF_MLP = {
 }
 
 
+@checked_arguments
 def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face `config.json` (transformers v4 or v5 spellings, `text_config` nesting)."""
     if isinstance(source, dict):

@@ -22,6 +22,7 @@ from scipy.optimize import least_squares
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.readers import CALIBRATION
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
@@ -95,6 +96,7 @@ def shipped_calibration_path() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "default_calibration.yaml"
 
 
+@checked_arguments
 def calibrated_params(gpu: str, precision: str = "bf16", calibration: str | Path | None = None) -> CostParams:
     """The cost constants the CLI uses by default: the shipped calibration's (or the file `calibration`'s) for a
     GPU and precision.

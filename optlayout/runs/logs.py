@@ -36,8 +36,10 @@ from typing import Any
 import pydantic
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.json_doc import parse_json
 from optlayout.inputs.numbers import int_from_text, number_from_text
-from optlayout.inputs.readers import LOG
+from optlayout.inputs.readers import LOG, RUNS
 from optlayout.runs.records import LAYOUT_FIELDS, Measured, RunJob, RunLayout, RunRecord
 from optlayout.specs import ClusterSpec, Layout, ModelSpec
 
@@ -404,6 +406,7 @@ def _check_layout(layout_text: str | None, layout: RunLayout, job: RunJob, clust
         raise InputError(f"layout: mb*ga*dp = {full.global_batch} but the job's global_batch is {job.global_batch}")
 
 
+@checked_arguments
 def run_from_log(
     path: str | Path,
     fmt: str,
@@ -447,11 +450,11 @@ def record_line(record: RunRecord) -> str:
 def append_run(record: RunRecord, path: str | Path) -> None:
     """Append a record to a JSON Lines runs file (created if missing); an id already there is an error."""
     path = Path(path)
-    existing = path.read_text() if path.is_file() else ""
-    for number, line in enumerate(existing.splitlines(), start=1):
+    existing = RUNS.text(path) if path.exists() else ""
+    for number, line in enumerate(existing.split("\n"), start=1):
         try:
-            raw = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:
+            raw = parse_json(line, "runs") if line.strip() else None
+        except InputError:
             raise InputError(f"runs: {path.name} line {number} is not valid JSON; not appending to it") from None
         if isinstance(raw, dict) and raw.get("id") == record.id:
             raise InputError(f"runs: {path.name} already holds a run with id {record.id!r} (give another --id)")

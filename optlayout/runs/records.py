@@ -11,6 +11,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.json_doc import parse_json
 from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
 from optlayout.inputs.numbers import number_from_text
@@ -152,6 +153,7 @@ def _number(text: str) -> int | float | str:
         return text
 
 
+@checked_arguments
 def read_runs(path: str | Path) -> list[RunRecord]:
     """Read run records from a `.jsonl`/`.json` or `.csv` file; errors name the line and field."""
     path = Path(path)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from optlayout.errors import InputError
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.limits import MAX_GPUS_PER_SERVER, MAX_SERVERS, MAX_SWITCH_TIERS
 from optlayout.inputs.xml_doc import int_attribute, number_attribute, parse_xml
 from optlayout.presets import gpu_preset
@@ -61,6 +62,7 @@ class DiscoverOptions:
     notes: list[str] = field(default_factory=list)
 
 
+@checked_arguments
 def discover(source: str, text: str, options: DiscoverOptions | None = None) -> dict[str, Any]:
     """A topology document (dict) from the text of `source`; `options.notes` collects assumptions."""
     opts = options or DiscoverOptions()

@@ -10,6 +10,7 @@ from typing import Any, get_args
 import pydantic
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.numbers import int_from_text, number_from_text
 from optlayout.inputs.readers import TOPOLOGY
 from optlayout.presets import gpu_preset
@@ -76,6 +77,7 @@ def load_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> L
     raise InputError(f"cluster: expected a topology file, a shorthand string or a ClusterSpec, got {spec!r}")
 
 
+@checked_arguments
 def load_topology(path: str | Path) -> Topology:
     """Read a topology YAML file (generator or explicit form)."""
     path = Path(path)
@@ -134,6 +136,7 @@ def topology_from_cluster(cluster: ClusterSpec) -> Topology:
         return Topology(doc.name or "cluster", gpu, builder.graph(), names, doc.description)
 
 
+@checked_arguments
 def parse_cluster_shorthand(text: str) -> ClusterSpec:
     """`gpu=h100-sxm,gpus=16384,gpus_per_node=8` -> ClusterSpec (fields named in errors)."""
     fields: dict[str, object] = {}

@@ -32,6 +32,7 @@ from typing import IO, Any
 import numpy as np
 
 from optlayout.errors import InputError
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.files import check_readable
 from optlayout.inputs.json_doc import refuse_constant
 from optlayout.inputs.limits import MAX_EVENT_BYTES
@@ -689,6 +690,7 @@ def _verdict(report: ProfileReport) -> list[str]:
     return [first, second, third]
 
 
+@checked_arguments
 def analyze(paths: Sequence[str | Path], top: int = 10) -> ProfileReport:
     """Analyze one trace, or several (one per rank: `distributedInfo.rank` if present, else file order)."""
     if not paths:
