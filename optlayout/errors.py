@@ -29,7 +29,7 @@ class UnsupportedError(OptlayoutError):
 SHOWN = reprlib.Repr()  # values in messages: at most 40 characters, lists of 4, two levels
 SHOWN.maxlevel, SHOWN.maxlist, SHOWN.maxtuple = 2, 4, 4
 SHOWN.maxstring = SHOWN.maxother = SHOWN.maxlong = 40
-MAX_PROBLEMSSHOWN = 3
+MAX_PROBLEMS_SHOWN = 3
 
 
 def describe_validation_error(exc: pydantic.ValidationError, what: str = "") -> str:
@@ -37,13 +37,13 @@ def describe_validation_error(exc: pydantic.ValidationError, what: str = "") -> 
     a huge or alias-expanded input never floods the message); past three problems, how many more."""
     parts = []
     errors = exc.errors()
-    for err in errors[:MAX_PROBLEMSSHOWN]:
+    for err in errors[:MAX_PROBLEMS_SHOWN]:
         loc = ".".join(SHOWN.repr(p) if not isinstance(p, str | int) else str(p)[:40] for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
         shown = "" if isinstance(value, dict) or value is None else f" (got {SHOWN.repr(value)})"
         parts.append(f"{loc or '(root)'}: {msg}{shown}")
-    if len(errors) > MAX_PROBLEMSSHOWN:
-        parts.append(f"and {len(errors) - MAX_PROBLEMSSHOWN} more")
+    if len(errors) > MAX_PROBLEMS_SHOWN:
+        parts.append(f"and {len(errors) - MAX_PROBLEMS_SHOWN} more")
     prefix = f"{what}: " if what else ""
     return prefix + "; ".join(parts)

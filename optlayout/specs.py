@@ -7,7 +7,7 @@ Validation messages name the field; SI units inside (bytes, FLOP/s, bytes/s, sec
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -131,7 +131,9 @@ class GpuSpec(_Spec):
         "slower. 'other' (the default for a GPU built by hand) applies no such penalty",
     )
     memory_bytes: Real = Field(gt=0, le=limits.MAX_GPU_MEMORY_BYTES)
-    peak_flops: dict[Precision, Real] = Field(description="dense peak FLOP/s per matrix precision")
+    peak_flops: dict[Precision, Annotated[Real, Field(ge=0, le=limits.MAX_PEAK_FLOPS)]] = Field(
+        description="dense peak FLOP/s per matrix precision"
+    )
     hbm_bandwidth_Bps: Real = Field(gt=0, le=limits.MAX_MEMORY_BANDWIDTH_BYTES_PER_S)
     scale_up_bandwidth_Bps: Real = Field(
         ge=0, le=limits.MAX_LINK_BYTES_PER_S, description="NVLink/Infinity Fabric per GPU, per direction"

@@ -469,7 +469,6 @@ def _hf_cases() -> Iterator[tuple[str, bytes]]:
 
 def _runs_cases() -> Iterator[tuple[str, bytes, str]]:
     good = (FIXTURES / "runs" / "runs.jsonl").read_bytes().splitlines()[0]
-    rec = json.loads(good)
     yield "line is a number", b"3\n", ".jsonl"
     yield "line is a list", b"[1, 2]\n" + good, ".jsonl"
     yield "line is a string", b'"x"\n', ".jsonl"
@@ -504,7 +503,6 @@ def _runs_cases() -> Iterator[tuple[str, bytes, str]]:
     yield "csv empty header", b"\n" + header[1] + b"\n", ".csv"
     yield "csv extra cells", header[0] + b"\n" + header[1] + b",1,2,3\n", ".csv"
     yield "csv dotted empty parts", header[0].replace(b"model.name", b"model..name") + b"\n" + header[1] + b"\n", ".csv"
-    del rec
 
 
 def _plan_cases() -> Iterator[tuple[str, bytes]]:

@@ -9,7 +9,7 @@ cost model is bounded here. The largest cluster accepted, 2^20 GPUs, takes about
 
 from __future__ import annotations
 
-KIB, MIB, GIB = 2**10, 2**20, 2**30
+MIB = 2**20
 
 # ---------------------------------------------------------------------------------------------- files
 MAX_DEPTH = 64  # nesting of JSON/YAML/XML documents; the deepest file optlayout writes or reads has 6 levels
@@ -18,10 +18,10 @@ MAX_INT_DIGITS = 40  # an integer literal longer than this is no count of anythi
 MAX_EVENT_BYTES = 64 * MIB  # one torch.profiler event (a name, its args) while a trace is streamed
 
 # ---------------------------------------------------------------------------------------------- clusters
-MAX_GPUS = 2**20  # eight times the largest published cluster, and a graph that still builds in seconds
+MAX_GPUS = 2**20  # eight times the largest published cluster (its graph: about 3 GB, a minute to build on 2 cores)
 MAX_SERVERS = 2**17
 MAX_GPUS_PER_SERVER = 4096  # a server (or a custom server graph) of the generator form; GB300 NVL576 racks: 576
-MAX_GRAPH_ELEMENTS = 8_000_000  # nodes + edges of a topology graph (2^20 GPUs on a rail fabric: about 4 million)
+MAX_GRAPH_ELEMENTS = 8_000_000  # nodes + edges of a topology graph (2^20 GPUs, 8 per server: about 6.5 million)
 MAX_SWITCH_TIERS = 16  # leaf, spine, core ... network tiers of a topology (three in every published fabric)
 MIN_LINK_BYTES_PER_S = 1e5  # a link slower than 0.8 Mb/s carries no training traffic
 MAX_LINK_BYTES_PER_S = 1e15  # 8 Pb/s: a thousand times NVLink 5

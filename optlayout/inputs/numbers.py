@@ -43,14 +43,3 @@ def number_from_text(text: str, what: str) -> float:
         raise InputError(f"{what}: {value[:40]!r} overflows a finite number")
     return number
 
-
-def finite(value: float, what: str) -> float:
-    """`value` when it is a finite number, else a one-line error naming `what`."""
-    try:
-        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
-    except OverflowError:  # an int past 1.8e308
-        number = math.inf
-    if not math.isfinite(number):
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise InputError(f"{what}: expected a finite number, got {shown}")
-    return number

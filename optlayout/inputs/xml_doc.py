@@ -35,9 +35,11 @@ def int_attribute(elem: ET.Element, name: str, default: int, where: str) -> int:
     what = f"{where}: <{elem.tag} {name}>"
     if text.lower().startswith("0x"):
         try:
-            return int(text[:20], 16) if len(text) <= 20 else int_from_text(text, what)
+            if len(text) <= 20:
+                return int(text, 16)
         except ValueError:
-            raise InputError(f"{what}: expected an integer, got {text[:40]!r}") from None
+            pass
+        raise InputError(f"{what}: expected an integer, got {text[:40]!r}")
     return int_from_text(text, what)
 
 

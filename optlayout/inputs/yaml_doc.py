@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from optlayout.errors import InputError
+from optlayout.errors import SHOWN, InputError
 from optlayout.inputs.limits import MAX_DEPTH, MAX_INT_DIGITS, MAX_YAML_NODES
 
 _Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -37,7 +37,7 @@ class SafeLoader(_Base):  # type: ignore[misc, valid-type]  # CSafeLoader is a C
             key = self.construct_object(key_node, deep=True)
             try:
                 if key in seen:
-                    raise _Refused(f"duplicate key {key!r} (first given at line {seen[key]})", key_node)
+                    raise _Refused(f"duplicate key {SHOWN.repr(key)} (first given at line {seen[key]})", key_node)
                 seen[key] = key_node.start_mark.line + 1
             except TypeError:  # an unhashable key: the base class says so
                 continue
@@ -83,39 +83,21 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"YAML syntax error{at}: {', '.join(str(s) for s in said if s) or 'invalid YAML'}"
 
 
-def _children(node: Node) -> list[Node]:
-    if isinstance(node, SequenceNode):
-        return list(node.value)
-    if isinstance(node, MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
-
-
 def _check_tree(root: Node, where: str) -> None:
-    """Depth and size of the document with its aliases expanded, walked without recursion (a node an alias names
-    is one object, visited once)."""
-    done: dict[int, tuple[int, int]] = {}  # id(node) -> (depth, expanded size)
-    on_path = {id(root)}
-    stack = [(root, iter(_children(root)))]
-    while stack:
-        node, pending = stack[-1]
-        child = next(pending, None)
-        if child is not None:
-            if id(child) in on_path:
-                raise InputError(f"{where}: a recursive alias at line {child.start_mark.line + 1}")
-            if id(child) not in done:
-                on_path.add(id(child))
-                stack.append((child, iter(_children(child))))
-            continue
-        stack.pop()
-        on_path.discard(id(node))
-        kids = [done[id(c)] for c in _children(node)]
-        depth = 1 + max((d for d, _ in kids), default=0)
-        size = 1 + sum(s for _, s in kids)
+    """Depth and size of the document with its aliases expanded, walked level by level: a node an alias names
+    counts each time it appears, so an alias bomb is refused once the count passes `MAX_YAML_NODES`, before the
+    next level is made (a recursive alias never ends: it is refused for its depth)."""
+    level: list[Node] = [root]
+    depth = total = 0
+    while level:
+        depth += 1
         if depth > MAX_DEPTH:
-            raise InputError(f"{where}: nested deeper than {MAX_DEPTH} levels (line {node.start_mark.line + 1})")
-        if size > MAX_YAML_NODES:
-            raise InputError(
-                f"{where}: aliases expand the document past {MAX_YAML_NODES:,} nodes (line {node.start_mark.line + 1})"
-            )
-        done[id(node)] = (depth, size)
+            raise InputError(f"{where}: nested deeper than {MAX_DEPTH} levels (line {level[0].start_mark.line + 1})")
+        total += len(level)
+        sequences = [n.value for n in level if n.__class__ is SequenceNode]
+        mappings = [n.value for n in level if n.__class__ is MappingNode]
+        below = sum(map(len, sequences)) + 2 * sum(map(len, mappings))
+        if total + below > MAX_YAML_NODES:
+            line = level[0].start_mark.line + 1
+            raise InputError(f"{where}: aliases expand the document past {MAX_YAML_NODES:,} nodes (line {line})")
+        level = [c for items in sequences for c in items] + [n for pairs in mappings for pair in pairs for n in pair]

@@ -65,9 +65,9 @@ def _is_int(value: object) -> bool:
 
 
 def _kind(value: object) -> str:
-    return {str: "a string", list: "a list", dict: "an object", bool: "a boolean", float: "a number"}.get(
-        type(value), type(value).__name__
-    )
+    names = {str: "a string", list: "a list", dict: "an object", bool: "a boolean", float: "a number"}
+    names[int] = "an integer"
+    return names.get(type(value), type(value).__name__)
 
 
 def _shown(value: object) -> str:
