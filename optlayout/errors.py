@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
-import pydantic
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pydantic
 
 
 class OptlayoutError(ValueError):

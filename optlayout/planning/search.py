@@ -23,7 +23,6 @@ from optlayout.errors import InfeasibleError, InputError
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.plan import Plan, PlannedLayout
 from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_skyline
-from optlayout.solver.cpsat import solve_top_k
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, space_options
@@ -155,6 +154,8 @@ def solve(
 def solve_request(request: SolveRequest) -> Plan:
     """The pipeline: enumerate and evaluate (with the exact reductions), solve CP-SAT, diagnose an empty answer,
     add the run conditions to each layout."""
+    from optlayout.solver.cpsat import solve_top_k  # OR-Tools loads only for a solve (not for an estimate)
+
     problem, top = request.problem, request.top
     limits, topo = problem.limits, problem.topology
     t0 = time.perf_counter()

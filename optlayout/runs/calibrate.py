@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pydantic
 import yaml
-from scipy.optimize import least_squares
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
 from optlayout.errors import InputError, describe_validation_error
@@ -146,6 +145,8 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
         predicted = np.array([c.predicted_tps(params) for c in cases])
         errors: np.ndarray = np.log(predicted / measured)
         return errors
+
+    from scipy.optimize import least_squares  # scipy loads only to fit
 
     result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return _with(base, names, result.x)
