@@ -64,7 +64,6 @@ def expected_max_standard_normal(n: int) -> float:
         return 0.0
     from scipy import integrate, special  # scipy loads only for this integral
 
-
     def log_cdf_n(x: float) -> float:
         return n * float(special.log_ndtr(x))
 
