@@ -9,14 +9,17 @@ exit status 2, never a traceback.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator, MutableMapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-import typer
-from typer.core import TyperCommand, TyperGroup
+IMPORTED_S = time.perf_counter()  # the console script imports this module first: about when the command began
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+import typer  # noqa: E402
+from typer.core import TyperCommand, TyperGroup  # noqa: E402
+
+from optlayout.errors import OptlayoutError, describe_validation_error  # noqa: E402
 
 if TYPE_CHECKING:
     from typer._click import Command, Context, HelpFormatter
@@ -140,8 +143,19 @@ def _root() -> None:
     pass
 
 
+main_started_s: float | None = None
+"""When `main` began the command (`IMPORTED_S`); None when a command runs in-process without it (tests)."""
+
+
+def command_started_s() -> float:
+    """Where a command's wall clock starts: the module import under `main`, else now."""
+    return main_started_s if main_started_s is not None else time.perf_counter()
+
+
 def main() -> None:
     """Console-script entry point."""
+    global main_started_s
+    main_started_s = IMPORTED_S
     try:
         code = app(standalone_mode=False)  # typer.Exit(n) comes back as the return value here
         if isinstance(code, int) and code:

@@ -10,6 +10,7 @@ taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ran
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,6 +22,7 @@ from optlayout.cost.memory import param_count_per_stage, state_bytes_per_gpu
 from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
+from optlayout.timings import PhaseClock
 
 if TYPE_CHECKING:
     from optlayout.conditions.goodput import GoodputModel, LayoutCheckpointing
@@ -134,14 +136,17 @@ class CostTable:
         self.goodput = goodput  # set: candidates carry their checkpointing and rank by goodput
         self._links: dict[tuple[int, ...], GroupLinks] = {}
         self._memo: dict[tuple[object, ...], object] = {}
+        self.cost_s = 0.0  # seconds spent in the cost model so far
 
     def candidate(self, layout: Layout) -> Candidate:
+        started = time.perf_counter()
         key = grid_key(layout)
         links = self._links.get(key)
         if links is None:
             links = self._links[key] = group_links(self.topology, layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
         ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
+        self.cost_s += time.perf_counter() - started
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
 
     def predict(self, layout: Layout) -> Prediction:
@@ -164,7 +169,7 @@ class CostTable:
         return cheapest.global_batch * self.job.seq_len / floor_s
 
     def evaluated_candidates(
-        self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None
+        self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None, clock: PhaseClock | None = None
     ) -> tuple[list[Candidate], int]:
         """Evaluate the layouts, skipping those proven unable to be in the top k without evaluating them:
         (1) the state alone overflows (it depends on tp, pp, dp x cp and sharding only); (2) a smaller
@@ -173,8 +178,14 @@ class CostTable:
         (3) with `k`, branch and bound: groups (layouts sharing all but sharding, recomputation and sequence
         parallelism) are taken best `throughput_bound` first, and the walk stops once a group's bound falls
         below the k-th best feasible layout found (with a margin for the objective's integer rounding).
-        Returns the evaluated candidates (some may not fit) and the number of legal layouts."""
+        Returns the evaluated candidates (some may not fit) and the number of legal layouts. `clock` gets the
+        time spent walking the space (enumeration), in the cost model (cost_tables) and the rest (reductions).
+        """
+        started = time.perf_counter()
+        enumerating_s = 0.0
+        cost_before_s = self.cost_s
         groups = list(groups)
+        enumerating_s += time.perf_counter() - started
         seen = sum(len(g) for g in groups)
         ordered: list[tuple[float, LayoutGroup]] = [(math.inf, g) for g in groups]
         if k is not None:
@@ -192,7 +203,10 @@ class CostTable:
                 kth = sorted(best_by_layout.values(), reverse=True)[k - 1]
                 if bound < kth - margin:
                     break  # every remaining group is bounded below the k-th best: none can enter the top k
-            for lay in group.layouts():
+            listed = time.perf_counter()
+            layouts = list(group.layouts())
+            enumerating_s += time.perf_counter() - listed
+            for lay in layouts:
                 skey = state_key(lay)
                 ok = state_ok.get(skey)
                 if ok is None:
@@ -210,6 +224,11 @@ class CostTable:
                     ident = layout_identity(lay)
                     best_by_layout[ident] = max(best_by_layout.get(ident, 0.0), cand.cluster_tokens_per_s)
                 out.append(cand)
+        if clock is not None:
+            cost_s = self.cost_s - cost_before_s
+            clock.add("enumeration", enumerating_s)
+            clock.add("cost_tables", cost_s)
+            clock.add("reductions", time.perf_counter() - started - enumerating_s - cost_s)
         return out, seen
 
 
