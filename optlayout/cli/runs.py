@@ -40,6 +40,9 @@ def compare_command(
     no_rank: Annotated[bool, typer.Option("--no-rank", help="skip ranking each measured layout (faster)")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="predicted vs measured PNG (needs matplotlib)")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="self-contained HTML report")] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="processes (default: the CPUs available; 1: no others)")
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
@@ -51,12 +54,16 @@ def compare_command(
     def params_for(gpu: str, precision: str) -> CostParams:
         return fitted.params_for(gpu, precision) if fitted else DEFAULT_PARAMS
 
-    show_progress = not as_json and common.console.is_terminal
-    with Progress(console=common.err_console, disable=not show_progress, transient=True) as bar:
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs: at least 1 process (got {jobs})")
+    # refreshed on each finished group, never by a thread of its own (the worker processes fork)
+    with Progress(console=common.err_console, disable=not common.err_console.is_terminal, transient=True,
+                  auto_refresh=False) as bar:  # fmt: skip
         task = bar.add_task("predicting runs", total=len(records))
         result = compare_runs(
-            records, params_for, rank_layouts=not no_rank, progress=lambda i, n: bar.update(task, completed=i)
-        )
+            records, params_for, rank_layouts=not no_rank, workers=jobs,
+            progress=lambda i, n: bar.update(task, completed=i, refresh=True),
+        )  # fmt: skip
     if plot is not None:
         from optlayout.runs.plot import plot_compare
 
