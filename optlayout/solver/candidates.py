@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
 from optlayout.cost.comm import LinkSource
-from optlayout.cost.memory import param_count_per_stage, state_bytes_per_gpu
+from optlayout.cost.memory import stage_shape, state_bytes_per_gpu
 from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
@@ -155,7 +155,7 @@ class CostTable:
     def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
         """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
         recomputation and schedule of the same degrees and sharding (activations only add)."""
-        param_count_on_gpu = max(param_count_per_stage(self.model, layout))
+        param_count_on_gpu = max(stage_shape(self.model, layout, self._memo)[1])
         state = sum(state_bytes_per_gpu(param_count_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
