@@ -17,9 +17,19 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
+from optlayout.cost import (
+    DEFAULT_PARAMS,
+    CostParams,
+    Evaluation,
+    GroupLinks,
+    Prediction,
+    TimeBreakdown,
+    evaluate,
+    group_links,
+)
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import stage_shape, state_bytes_per_gpu
+from optlayout.cost.step import step_time
 from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
@@ -140,16 +150,30 @@ class CostTable:
         self._memo: dict[tuple[object, ...], object] = {}
         self.cost_s = 0.0  # seconds spent in the cost model so far
 
-    def candidate(self, layout: Layout) -> Candidate:
-        started = time.perf_counter()
+    def links(self, layout: Layout) -> GroupLinks:
+        """The links of the layout's groups, read once per rank grid."""
         key = grid_key(layout)
         links = self._links.get(key)
         if links is None:
             links = self._links[key] = group_links(self.topology, layout)
+        return links
+
+    def candidate(self, layout: Layout) -> Candidate:
+        started = time.perf_counter()
+        links = self.links(layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
         ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
         self.cost_s += time.perf_counter() - started
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
+
+    def times(self, layout: Layout) -> TimeBreakdown:
+        """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
+        started = time.perf_counter()
+        param_count_on_gpu = max(stage_shape(self.model, layout, self._memo)[1])
+        times = step_time(self.model, self.job, layout, self.gpu, self.links(layout), self.params,
+                          param_count_on_gpu, self._memo)  # fmt: skip
+        self.cost_s += time.perf_counter() - started
+        return times
 
     def predict(self, layout: Layout) -> Prediction:
         return self.candidate(layout).prediction
@@ -161,13 +185,13 @@ class CostTable:
         state = sum(state_bytes_per_gpu(param_count_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
-    def throughput_bound(self, group: LayoutGroup) -> tuple[float, Candidate]:
-        """An upper bound on the cluster tokens/s of every layout of the group, and the candidate it comes
-        from: the `variant_bound` of its cheapest variant, each term of which recomputation and the lack of
-        sequence parallelism only raise (and sharding changes none, but the optimizer step, which it only
-        lowers); goodput only lowers the throughput."""
-        cheapest = self.candidate(group.cheapest_variant())
-        return variant_bound(cheapest, self.job.seq_len), cheapest
+    def throughput_bound(self, group: LayoutGroup) -> float:
+        """An upper bound on the cluster tokens/s of every layout of the group: the `variant_bound` of its
+        cheapest variant, each term of which recomputation and the lack of sequence parallelism only raise
+        (and sharding changes none, but the optimizer step, which it only lowers); goodput only lowers the
+        throughput."""
+        cheapest = group.cheapest_variant()
+        return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
     def evaluated_candidates(
         self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None, clock: PhaseClock | None = None
@@ -189,10 +213,9 @@ class CostTable:
         groups = list(groups)
         enumerating_s = time.perf_counter() - started
         seen = sum(len(g) for g in groups)
-        ordered: list[tuple[float, LayoutGroup, Candidate | None]] = [(math.inf, g, None) for g in groups]
+        ordered: list[tuple[float, LayoutGroup]] = [(math.inf, g) for g in groups]
         if k is not None:
-            bounded = [(*self.throughput_bound(g), g) for g in groups]
-            ordered = [(bound, g, cheapest) for bound, cheapest, g in sorted(bounded, key=lambda bcg: -bcg[0])]
+            ordered = sorted(((self.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
         margin = 2.0 * (ordered[0][0] if ordered and k is not None else 0.0) / THROUGHPUT_RESOLUTION
         kth = _KthBest(k)
@@ -201,7 +224,7 @@ class CostTable:
         out: list[Candidate] = []
         capacity_bytes = limits.memory_capacity_bytes
         capacity_mib = int(capacity_bytes // MIB)
-        for bound, group, cheapest in ordered:
+        for bound, group in ordered:
             threshold = kth.value() - margin  # fixed for the group: it only rises, so an older one is safe
             if bound < threshold:
                 break  # every remaining group is bounded below the k-th best: none can enter the top k
@@ -220,13 +243,13 @@ class CostTable:
                     mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
                     if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                         continue
-                    cand = cheapest if cheapest is not None and cheapest.layout == lay else self.candidate(lay)
+                    cand = self.candidate(lay)
                     if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
                     elif passes_limits(cand, limits):
                         kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
                     out.append(cand)
-                    if variant_bound(cand, self.job.seq_len) < threshold:
+                    if variant_bound(lay, cand.evaluation.times, self.job.seq_len) < threshold:
                         break  # the variant's other shardings are bounded below the k-th best too
         if clock is not None:
             cost_s = self.cost_s - cost_before_s
@@ -236,12 +259,11 @@ class CostTable:
         return out, seen
 
 
-def variant_bound(candidate: Candidate, seq_len: int) -> float:
-    """An upper bound on the cluster tokens/s of every sharding of the candidate's degrees, recomputation and
-    sequence parallelism: the step of each is at least the candidate's compute, exposed TP/CP time, bubble,
-    pipeline send/receive and fixed overhead (sharding changes none of them), plus its optimizer step when
-    the candidate is sharded (any sharding divides it alike, and no sharding takes less)."""
-    t, lay = candidate.evaluation.times, candidate.layout
+def variant_bound(lay: Layout, t: TimeBreakdown, seq_len: int) -> float:
+    """An upper bound on the cluster tokens/s of every sharding of the layout's degrees, recomputation and
+    sequence parallelism, from its step time `t`: the step of each is at least the layout's compute, exposed
+    TP/CP time, bubble, pipeline send/receive and fixed overhead (sharding changes none of them), plus its
+    optimizer step when the layout is sharded (any sharding divides it alike, and no sharding takes less)."""
     floor_s = t.compute_s + t.tp_comm_s + t.cp_comm_s + t.bubble_s + t.pp_comm_s + t.overhead_s
     if lay.sharding != Sharding.none or lay.dp * lay.cp == 1:
         floor_s += t.optimizer_s
@@ -260,7 +282,9 @@ class _KthBest:
     def add(self, identity: tuple[object, ...], tokens_per_s: float) -> None:
         if tokens_per_s > self.best.get(identity, -math.inf):
             self.best[identity] = tokens_per_s
-            self._value = None
+            # a value at or below the k-th best leaves the top k as it was (its layout was not in it either)
+            if self._value is not None and (tokens_per_s > self._value or len(self.best) <= (self.k or 0)):
+                self._value = None
 
     def value(self) -> float:
         if self._value is None:
