@@ -228,17 +228,23 @@ class CostTable:
             threshold = kth.value() - margin  # fixed for the group: it only rises, so an older one is safe
             if bound < threshold:
                 break  # every remaining group is bounded below the k-th best: none can enter the top k
+            state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
             for recompute, sp in group.variants():
                 for sharding in sorted(group.shardings, key=_SHARDED_FIRST.__getitem__):  # the tighter bound first
+                    ok = state_by_sharding.get(sharding)
+                    if ok is False:
+                        continue
                     listed = time.perf_counter()
                     lay = group.layout(sharding, recompute, sp)
                     enumerating_s += time.perf_counter() - listed
-                    skey = state_key(lay)
-                    ok = state_ok.get(skey)
                     if ok is None:
-                        ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
-                    if not ok:
-                        continue
+                        skey = state_key(lay)
+                        ok = state_ok.get(skey)
+                        if ok is None:
+                            ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
+                        state_by_sharding[sharding] = ok
+                        if not ok:
+                            continue
                     # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
                     mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
                     if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
