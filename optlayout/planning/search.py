@@ -174,10 +174,10 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
     if result.status == "unknown":
         diagnosis = f"time limit: CP-SAT found no layout within {request.time_limit_s} s; raise --time-limit"
     elif not result.ranked:
-        if legal:  # evaluate everything once to say how far the closest layout is
+        if legal:  # the memory of every layout, to say how far the closest one is
             with clock.phase("cost_tables"):
-                every = [problem.table.candidate(lay) for lay in problem.layouts()]
-                diagnosis = diagnose_no_fit(every, problem.capacity_bytes, topo.num_gpus)
+                least = min(problem.layouts(), key=lambda lay: problem.table.memory(lay).total_bytes)
+                diagnosis = diagnose_no_fit(problem.table.candidate(least), problem.capacity_bytes, topo.num_gpus)
         else:
             diagnosis = diagnose_empty_space(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                              problem.options)  # fmt: skip

@@ -22,13 +22,14 @@ from optlayout.cost import (
     CostParams,
     Evaluation,
     GroupLinks,
+    MemoryBreakdown,
     Prediction,
     TimeBreakdown,
     evaluate,
     group_links,
 )
 from optlayout.cost.comm import LinkSource
-from optlayout.cost.memory import stage_shape, state_bytes_per_gpu
+from optlayout.cost.memory import memory_per_gpu, stage_shape, state_bytes_per_gpu
 from optlayout.cost.step import step_time
 from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
@@ -165,6 +166,13 @@ class CostTable:
         ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
         self.cost_s += time.perf_counter() - started
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
+
+    def memory(self, layout: Layout) -> MemoryBreakdown:
+        """The memory per GPU of `layout` alone, the same `evaluate` finds (a diagnosis needs no step time)."""
+        started = time.perf_counter()
+        memory = memory_per_gpu(self.model, self.job, layout, self.params, self._memo)
+        self.cost_s += time.perf_counter() - started
+        return memory
 
     def times(self, layout: Layout) -> TimeBreakdown:
         """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
