@@ -37,9 +37,7 @@ class Layout(BaseModel):
     tp: Annotated[
         PositiveInt, Axis("tp", "tensor-parallel degree", grid=True, splits_model=True, checkpoint="reshards")
     ] = 1
-    pp: Annotated[
-        PositiveInt, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")
-    ] = 1
+    pp: Annotated[PositiveInt, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")] = 1
     vp: Annotated[
         PositiveInt,
         Axis("vp", "virtual stages per pipeline rank", splits_model=True, shown="not_default", checkpoint="reshards"),
@@ -51,9 +49,7 @@ class Layout(BaseModel):
     dp: Annotated[PositiveInt, Axis("dp", "data-parallel degree", grid=True, checkpoint="reshards_if_sharded")] = 1
     micro_batch: Annotated[PositiveInt, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
     grad_accum: Annotated[PositiveInt, Axis("ga", "micro-batches per step", label="grad accum")] = 1
-    sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = (
-        Sharding.none
-    )
+    sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = Sharding.none
     recompute: Annotated[Recompute, Axis("recompute", "activation recomputation")] = Recompute.none
     sequence_parallel: Annotated[
         bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")

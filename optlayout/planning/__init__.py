@@ -1,10 +1,10 @@
 """Planning: the library entry points launch tooling calls, and the Plan they return.
 
-    search.py       solve, SolveRequest: the top layouts, proven optimal within the cost model
-    estimates.py    estimate_layout, estimate_run, explain_layout: one given layout
-    replanning.py   replan: a saved plan on another GPU count, and what changes
-    plan.py         Plan: the versioned, JSON-serializable answer
-    inputs.py       resolve_model: what the entry points take as a model
+search.py       solve, SolveRequest: the top layouts, proven optimal within the cost model
+estimates.py    estimate_layout, estimate_run, explain_layout: one given layout
+replanning.py   replan: a saved plan on another GPU count, and what changes
+plan.py         Plan: the versioned, JSON-serializable answer
+inputs.py       resolve_model: what the entry points take as a model
 
 Each name loads its module on first use, so reading a saved plan or a model never imports the solver.
 """

@@ -51,7 +51,7 @@ class PlannedLayout(BaseModel):
         return megatron_args(model, job, self.layout, gpus_per_node)
 
     def to_torchtitan_toml(self) -> str:
-        return self.emit("torchtitan")
+        return self.emit("torchtitan", torchtitan_version="0.2.2")
 
     def to_deepspeed_config(self) -> dict[str, Any]:
         config: dict[str, Any] = json.loads(self.emit("deepspeed"))

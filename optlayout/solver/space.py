@@ -101,11 +101,7 @@ def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
 def tp_choices(model: ModelSpec, gpus: int, domain_size: int, options: SpaceOptions) -> list[int]:
     """TP divides the heads; kv heads divide or are replicated; within the NVLink domain unless allowed."""
     limit = gpus if options.allow_tp_beyond_domain else min(domain_size, gpus)
-    return [
-        t
-        for t in _divisors(model.heads)
-        if t <= limit and tp_fits_heads(model, t) and _allowed(options, "tp", t)
-    ]
+    return [t for t in _divisors(model.heads) if t <= limit and tp_fits_heads(model, t) and _allowed(options, "tp", t)]
 
 
 def batch_targets(job: JobSpec) -> tuple[int, int]:
