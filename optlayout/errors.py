@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import reprlib
+from typing import TYPE_CHECKING
 
-import pydantic
+if TYPE_CHECKING:
+    import pydantic
 
 
 class OptlayoutError(ValueError):

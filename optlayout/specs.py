@@ -20,7 +20,7 @@ __all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recomput
 
 MlpKind = Literal["swiglu", "gelu", "relu2"]
 Precision = Literal["bf16", "fp16", "fp8"]
-GpuArch = Literal["ampere", "hopper", "blackwell", "cdna3", "other"]
+GpuArch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "other"]
 AttentionKernel = Literal["flash", "flash2", "naive"]
 HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
 
@@ -31,8 +31,21 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+class RopeScaling(_Spec):
+    """Llama 3.1's RoPE frequency scaling (`rope_type: llama3` in a Hugging Face config)."""
+
+    factor: float = Field(8.0, gt=0)
+    low_freq_factor: float = Field(1.0, gt=0)
+    high_freq_factor: float = Field(4.0, gt=0)
+    original_max_position: Count = Field(8192, le=limits.MAX_POSITIONS)
+
+
 class ModelSpec(_Spec):
-    """A dense decoder-only transformer, by shape. Parameter count is derived, never given."""
+    """A dense decoder-only transformer, by shape. Parameter count is derived, never given.
+
+    The position and norm fields (`rope_theta`, `rope_scaling`, `alibi`, `norm_eps`) change no count; the
+    launcher emitters write them, so that a launched run trains this model and not a launcher default.
+    """
 
     name: str = "custom"
     layers: Count = Field(le=limits.MAX_LAYERS)
@@ -48,6 +61,10 @@ class ModelSpec(_Spec):
     position_embeddings: NonNegativeCount = Field(
         0, le=limits.MAX_POSITIONS, description="learned absolute positions (0 = rotary)"
     )
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base (Llama 3: 500000); unused with learned positions")
+    rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling; None = plain RoPE")
+    alibi: bool = Field(False, description="ALiBi attention biases instead of positions (MPT, BLOOM)")
+    norm_eps: float = Field(1e-5, gt=0, description="RMSNorm/LayerNorm epsilon")
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelSpec:

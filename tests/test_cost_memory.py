@@ -117,9 +117,10 @@ def test_calibration_layouts_state_is_what_was_run(shared_runs) -> None:
 
 @pytest.fixture
 def shared_runs():
-    from tests.conftest import SHARED
+    # id, GPU count and degrees of the 427 published dense runs (copied from shared/data/calibration_runs.jsonl)
+    from tests.conftest import FIXTURES
 
-    path = SHARED / "data" / "calibration_runs.jsonl"
+    path = FIXTURES / "runs" / "calibration_layouts.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

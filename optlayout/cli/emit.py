@@ -1,4 +1,6 @@
-"""`optlayout emit`: launcher flags or configs for a layout (Megatron, torchtitan, DeepSpeed, Accelerate, mesh)."""
+"""`optlayout emit`: launcher flags or configs for a layout (Megatron, Megatron-Bridge, torchtitan, DeepSpeed,
+Accelerate, mesh, ranks). The text is exactly what the launcher reads; the notes that go with it (launch
+command, launcher version, substitutions) go to stderr."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Annotated
 import typer
 
 from optlayout.cli import common, outputs
-from optlayout.emit import DEFAULT_ORDER, FORMATS, emit
+from optlayout.emit import CURRENT_TORCHTITAN, DEFAULT_ORDER, FORMATS, TORCHTITAN_VERSIONS, emit, emit_notes
 from optlayout.errors import InputError
 from optlayout.inputs.limits import MAX_GPUS_PER_SERVER
 from optlayout.layout import parse_layout
@@ -30,10 +32,19 @@ def register(app: typer.Typer) -> None:
         model_config: common.ModelConfigOpt = None,
         global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
         precision: Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8")] = "bf16",
+        grad_bytes: Annotated[
+            float, typer.Option("--grad-bytes", help="gradient bytes per parameter the plan counted: 2 or 4 (fp32)")
+        ] = 2.0,
         gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
-        overrides: Annotated[bool, typer.Option("--overrides", help="torchtitan: --section.key flags")] = False,
+        overrides: Annotated[bool, typer.Option("--overrides", help="torchtitan 0.2.2: --section.key flags")] = False,
+        torchtitan_version: Annotated[
+            str, typer.Option("--torchtitan-version", help=f"one of {', '.join(TORCHTITAN_VERSIONS)}")
+        ] = CURRENT_TORCHTITAN,
         order: Annotated[str, typer.Option("--order", help="Megatron rank order (megatron, ranks)")] = DEFAULT_ORDER,
-        hostnames: Annotated[str | None, typer.Option("--hostnames", help="comma-separated node names")] = None,
+        hostnames: Annotated[
+            str | None,
+            typer.Option("--hostnames", help="comma-separated node names (ranks; accelerate's main process)"),
+        ] = None,
         output: Annotated[Path | None, typer.Option("--output", "-o", help="write here, not stdout")] = None,
     ) -> None:
         """Print launcher flags or a config file for one layout."""
@@ -55,8 +66,13 @@ def register(app: typer.Typer) -> None:
                 raise InputError("emit: give --plan plan.json, or --layout with --seq-len and --model")
             spec = common.model_arg(model, model_config)
             job = common.job_arg(seq_len, global_batch, None, precision=precision)
+            job = job.model_copy(update={"grad_bytes_per_param": grad_bytes})
             lay, per_node = parse_layout(layout), gpus_per_node
-        text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts)
+        text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
+                    torchtitan_version=torchtitan_version)  # fmt: skip
+        for note in emit_notes(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
+                               torchtitan_version=torchtitan_version):  # fmt: skip
+            typer.echo(f"# {note}", err=True)
         if output is None:
             typer.echo(text, nl=False)
         else:

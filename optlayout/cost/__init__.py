@@ -108,7 +108,7 @@ def evaluate(
 ) -> Evaluation:
     """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`)."""
     links = links or group_links(topology, layout)
-    mem = memory_per_gpu(model, job, layout, params)
+    mem = memory_per_gpu(model, job, layout, params, memo)
     times = step_time(model, job, layout, gpu, links, params, max(mem.param_count_per_stage), memo)
     tps = layout.global_batch * job.seq_len / times.step_time_s / layout.gpus
     return Evaluation(layout, mem, times, tps, usable_memory_bytes(gpu.memory_bytes, job))

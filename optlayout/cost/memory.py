@@ -12,6 +12,7 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from optlayout.cost.params import CostParams
 from optlayout.layout.stages import rank_chunk_sizes, stage_split
@@ -153,9 +154,29 @@ def _candidate_fullest_stages(counts: list[int]) -> list[int]:
     return [0, middle, len(counts) - 1]
 
 
-def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams) -> MemoryBreakdown:
-    """Memory on the fullest pipeline stage, per GPU."""
-    counts = stage_split(layout, model.layers)
+def stage_shape(
+    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None = None
+) -> tuple[list[int], tuple[float, ...]]:
+    """(layers on each stage, parameters one GPU of each stage holds): what the stage split gives, reused
+    through `memo` (owned by the caller for one model) by every layout of the same tp, pp and split."""
+    key = ("stage_shape", layout.tp, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    shape = memo.get(key) if memo is not None else None
+    if shape is None:
+        shape = (stage_split(layout, model.layers), param_count_per_stage(model, layout))
+        if memo is not None:
+            memo[key] = shape
+    return shape
+
+
+def memory_per_gpu(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> MemoryBreakdown:
+    """Memory on the fullest pipeline stage, per GPU (`memo`: see `stage_shape`)."""
+    counts, per_stage = stage_shape(model, layout, memo)
     per_layer = activation_bytes_per_layer(model, job, layout)
     shard_group = layout.dp * layout.cp
     tokens = job.seq_len * layout.micro_batch / layout.cp
@@ -164,7 +185,6 @@ def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostP
     recomputing = 0.0
     if layout.recompute == Recompute.full:
         recomputing = activation_bytes_per_layer(model, job, layout.model_copy(update={"recompute": Recompute.none}))
-    per_stage = param_count_per_stage(model, layout)
     best: MemoryBreakdown | None = None
     for stage in _candidate_fullest_stages(counts):
         layers = counts[stage]

@@ -205,7 +205,7 @@ def step_time(
 
     `memo` (optional, owned by the caller for one model, job, GPU, topology and params) reuses the layer and
     stage times that many layouts share: they depend only on (tp, cp, micro_batch, sequence_parallel) and
-    the recomputation and stage shape.
+    the recomputation and stage shape; and the kinds of stage a split has.
     """
     lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel)
     lt = memo.get(lkey) if memo is not None else None
@@ -213,10 +213,15 @@ def step_time(
         lt = layer_times(model, job, layout, gpu, links, params)
         if memo is not None:
             memo[lkey] = lt
-    counts = stage_split(layout, model.layers)
-    kinds = {(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)}  # stages alike cost alike
+    kinds_key = ("stage_kinds", layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    kinds = memo.get(kinds_key) if memo is not None else None
+    if kinds is None:
+        counts = stage_split(layout, model.layers)
+        kinds = sorted({(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)})  # stages alike cost alike
+        if memo is not None:
+            memo[kinds_key] = kinds
     stages = []
-    for kind in sorted(kinds):
+    for kind in kinds:
         skey = (*lkey, layout.recompute, *kind)
         st = memo.get(skey) if memo is not None else None
         if st is None:

@@ -42,4 +42,3 @@ def number_from_text(text: str, what: str) -> float:
     if not math.isfinite(number):
         raise InputError(f"{what}: {value[:40]!r} overflows a finite number")
     return number
-

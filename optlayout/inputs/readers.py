@@ -42,7 +42,8 @@ class FileKind:
 
 
 TOPOLOGY = FileKind("topology", 128 * MIB)  # a 131,072-GPU explicit topology is about 40 MB
-MODEL_CONFIG = FileKind("model-config", 8 * MIB)  # Hugging Face config.json: a few kB
+MODEL_CONFIG = FileKind("model-config", 8 * MIB)
+GPU_FILE = FileKind("gpu file", 8 * MIB)  # OPTLAYOUT_GPU_FILE: a few GPU rows  # Hugging Face config.json: a few kB
 PLAN = FileKind("plan", 64 * MIB)
 CALIBRATION = FileKind("calibration", 8 * MIB)
 RUNS = FileKind("runs", 512 * MIB)  # 20,000 records are about 20 MB

@@ -41,12 +41,8 @@ class Layout(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tp: Annotated[
-        Degree, Axis("tp", "tensor-parallel degree", grid=True, splits_model=True, checkpoint="reshards")
-    ] = 1
-    pp: Annotated[
-        Degree, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")
-    ] = 1
+    tp: Annotated[Degree, Axis("tp", "tensor-parallel degree", grid=True, splits_model=True, checkpoint="reshards")] = 1
+    pp: Annotated[Degree, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")] = 1
     vp: Annotated[
         Chunks,
         Axis("vp", "virtual stages per pipeline rank", splits_model=True, shown="not_default", checkpoint="reshards"),
@@ -58,9 +54,7 @@ class Layout(BaseModel):
     dp: Annotated[Degree, Axis("dp", "data-parallel degree", grid=True, checkpoint="reshards_if_sharded")] = 1
     micro_batch: Annotated[PerStep, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
     grad_accum: Annotated[PerStep, Axis("ga", "micro-batches per step", label="grad accum")] = 1
-    sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = (
-        Sharding.none
-    )
+    sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = Sharding.none
     recompute: Annotated[Recompute, Axis("recompute", "activation recomputation")] = Recompute.none
     sequence_parallel: Annotated[
         bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")

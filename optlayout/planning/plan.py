@@ -53,7 +53,7 @@ class PlannedLayout(BaseModel):
         return megatron_args(model, job, self.layout, gpus_per_node)
 
     def to_torchtitan_toml(self) -> str:
-        return self.emit("torchtitan")
+        return self.emit("torchtitan", torchtitan_version="0.2.2")
 
     def to_deepspeed_config(self) -> dict[str, Any]:
         config: dict[str, Any] = json.loads(self.emit("deepspeed"))
@@ -102,9 +102,11 @@ class Plan(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     status: str = Field(description="optimal | feasible (time limit hit) | infeasible")
-    solve_time_s: float
-    build_time_s: float = Field(0.0, description="building the CP-SAT model from the cost tables")
-    table_time_s: float = Field(0.0, description="enumerating the space and evaluating the cost model")
+    phases_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="wall-clock seconds by phase (optlayout.timings.PHASES); not part of the answer, so never saved",
+        exclude=True,
+    )
     legal_layouts: int = Field(0, description="layouts of the legal space looked at")
     evaluated_layouts: int = Field(0, description="layouts the cost model evaluated (the rest proven over memory)")
     candidates: int = Field(0, description="the CP-SAT model's Booleans: evaluated layouts that can be in the top K")
@@ -131,6 +133,16 @@ class Plan(BaseModel):
     def model_post_init(self, _context: Any) -> None:
         for planned in self.layouts:
             planned._context = (self.model, self.job, self.gpus_per_server)
+
+    @property
+    def total_time_s(self) -> float:
+        """Wall-clock seconds of every phase timed (a library solve: topology to CP-SAT; the CLI adds the rest)."""
+        return sum(self.phases_s.values())
+
+    @property
+    def cpsat_time_s(self) -> float:
+        """Building and solving the CP-SAT model, every top-K re-solve included."""
+        return self.phases_s.get("cpsat", 0.0)
 
     @property
     def best(self) -> PlannedLayout:

@@ -20,6 +20,7 @@ from optlayout.solver.candidates import passes_limits, state_key
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, batch_targets, space_options
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
+from optlayout.timings import PhaseClock
 from optlayout.topology import Topology, cluster_assumptions, load_cluster, topology_from_dict
 from optlayout.topology.schema import GeneratorDoc
 
@@ -207,8 +208,10 @@ def replan(
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
         raise InputError(f"replan: gpus must be a whole number from 1 to {MAX_GPUS:,} (got {gpus!r})")
     options = space_options(pins, maxima, exclude, **switches)
+    clock = PhaseClock()
     if cluster is not None:
-        loaded = load_cluster(cluster)
+        with clock.phase("topology"):
+            loaded = load_cluster(cluster)
         topo, shorthand, doc = loaded.topology, loaded.shorthand, loaded.generator_doc
         if gpus is not None and topo.num_gpus != gpus:
             raise InputError(f"replan: the given cluster has {topo.num_gpus} GPUs, not {gpus}")
@@ -229,7 +232,8 @@ def replan(
                 f"replan: {gpus} GPUs is not a whole number of {maker.unit()}; pass --cluster/--topology for "
                 f"another shape, or use a multiple of {maker.per_node}; {_suggestion(below, above)}"
             )
-        topo, shorthand, doc = maker.build(gpus)
+        with clock.phase("topology"):
+            topo, shorthand, doc = maker.build(gpus)
     request = SolveRequest.make(
         old.model, topo, old.job, top=top, pins=pins, maxima=maxima, exclude=exclude, params=params,
         time_limit_s=time_limit_s, objective=objective if objective is not None else old.objective,
@@ -238,7 +242,7 @@ def replan(
         straggler_slowdown=straggler_slowdown if straggler_slowdown is not None else old.straggler_slowdown,
         switches=switches,
     )  # fmt: skip
-    new = solve_request(request)
+    new = solve_request(request, clock)
     if not new.layouts:
         below, above = nearest_gpu_counts(old.model, old.job, maker, gpus, options, params)
         if new.legal_layouts == 0 and not (pins or maxima or exclude):

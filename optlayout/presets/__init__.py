@@ -1,7 +1,13 @@
-"""GPU and model presets (data in YAML beside this file) and Hugging Face `config.json` import."""
+"""GPU and model presets (data in YAML beside this file) and Hugging Face `config.json` import.
+
+A GPU that is not listed is described in a YAML file of the same form as `gpus.yaml` (name: arch,
+memory_gib, peak_tflops, hbm_tbytes_per_s, scale_up_gbytes_per_s, source) named by the environment
+variable `OPTLAYOUT_GPU_FILE`; its entries join the presets under their own names.
+"""
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,7 +17,7 @@ import yaml
 
 from optlayout.errors import InputError, UnsupportedError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
-from optlayout.inputs.readers import MODEL_CONFIG
+from optlayout.inputs.readers import GPU_FILE, MODEL_CONFIG
 from optlayout.presets.hf_config import check_hf_config
 from optlayout.specs import GpuSpec, ModelSpec
 
@@ -19,9 +25,30 @@ _HERE = Path(__file__).parent
 _GIB = 2**30
 
 
+GPU_FILE_ENV = "OPTLAYOUT_GPU_FILE"
+GPU_FIELDS = ("arch", "memory_gib", "peak_tflops", "hbm_tbytes_per_s", "scale_up_gbytes_per_s", "source")
+
+
 @cache
-def _gpu_table() -> dict[str, dict[str, Any]]:
+def _shipped_gpus() -> dict[str, dict[str, Any]]:
     table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "gpus.yaml").read_text())
+    return table
+
+
+def _gpu_table() -> dict[str, dict[str, Any]]:
+    """The shipped GPU presets and those of the file `OPTLAYOUT_GPU_FILE` names (which win on a name clash)."""
+    table: dict[str, dict[str, Any]] = dict(_shipped_gpus())
+    extra = os.environ.get(GPU_FILE_ENV)
+    if not extra:
+        return table
+    rows = GPU_FILE.yaml(extra)
+    if not isinstance(rows, dict):
+        raise InputError(f"gpu: {extra} must map GPU names to their figures, as optlayout/presets/gpus.yaml does")
+    for name, row in rows.items():
+        missing = [f for f in GPU_FIELDS if not isinstance(row, dict) or f not in row]
+        if missing:
+            raise InputError(f"gpu: {extra}: {name!r} lacks {', '.join(missing)}")
+        table[str(name).strip().lower()] = row
     return table
 
 
@@ -45,17 +72,25 @@ def gpu_preset(name: str) -> GpuSpec:
     table = _gpu_table()
     key = name.strip().lower()
     if key not in table:
-        raise InputError(f"gpu: unknown preset {name!r}; valid: {', '.join(table)}")
+        raise InputError(
+            f"gpu: unknown preset {name!r}; valid: {', '.join(table)}. To describe another GPU, write its "
+            f"{', '.join(GPU_FIELDS)} in a YAML file shaped like optlayout/presets/gpus.yaml and set {GPU_FILE_ENV} "
+            "to its path"
+        )
     row = table[key]
-    return GpuSpec(
-        name=key,
-        arch=row["arch"],
-        memory_bytes=row["memory_gib"] * _GIB,
-        peak_flops={p: float(v) * 1e12 for p, v in row["peak_tflops"].items()},
-        hbm_bandwidth_Bps=float(row["hbm_tbytes_per_s"]) * 1e12,
-        scale_up_bandwidth_Bps=float(row["scale_up_gbytes_per_s"]) * 1e9,
-        source=row["source"],
-    )
+    try:
+        return GpuSpec(
+            name=key,
+            arch=row["arch"],
+            memory_bytes=float(row["memory_gib"]) * _GIB,
+            peak_flops={p: float(v) * 1e12 for p, v in row["peak_tflops"].items()},
+            hbm_bandwidth_Bps=float(row["hbm_tbytes_per_s"]) * 1e12,
+            scale_up_bandwidth_Bps=float(row["scale_up_gbytes_per_s"]) * 1e9,
+            source=row["source"],
+        )
+    except (pydantic.ValidationError, TypeError, ValueError, AttributeError) as exc:
+        detail = describe_validation_error(exc, f"gpu {key}") if isinstance(exc, pydantic.ValidationError) else exc
+        raise InputError(f"gpu: preset {key!r} is malformed: {detail}") from None
 
 
 @checked_arguments
@@ -88,6 +123,33 @@ _HF_MLP = {
     "squared-relu": "relu2",
     "relu": "gelu",
 }
+
+
+def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
+    """RoPE base and Llama 3.1 scaling, ALiBi and the norm epsilon (v4 `rope_theta`/`rope_scaling`, v5
+    `rope_parameters`); a RoPE scaling other than `llama3` is refused, not dropped."""
+    rope = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+    out: dict[str, Any] = {}
+    theta = cfg.get("rope_theta", rope.get("rope_theta"))
+    if theta is not None:
+        out["rope_theta"] = theta  # ModelSpec checks the types
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind != "llama3":
+            raise UnsupportedError(f"model-config: rope_scaling type {kind!r} is not supported (only llama3)")
+        out["rope_scaling"] = {
+            "factor": scaling.get("factor", 8.0),
+            "low_freq_factor": scaling.get("low_freq_factor", 1.0),
+            "high_freq_factor": scaling.get("high_freq_factor", 4.0),
+            "original_max_position": scaling.get("original_max_position_embeddings", 8192),
+        }
+    if cfg.get("alibi") or (cfg.get("attn_config") or {}).get("alibi") or cfg.get("model_type") == "bloom":
+        out["alibi"] = True
+    eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_eps", cfg.get("layer_norm_epsilon")))
+    if eps is not None:
+        out["norm_eps"] = eps
+    return out
 
 
 @checked_arguments
@@ -134,6 +196,7 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         "mlp": mlp,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "head_dim": cfg.get("head_dim"),
+        **_hf_positions(cfg),
     }
     try:
         return ModelSpec(**fields)

@@ -19,7 +19,9 @@ POSITIVE = (
 NON_NEGATIVE = ("n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers")
 INT_LISTS = ("moe_layers", "mlp_only_layers")
 TEXT = ("hidden_act", "activation_function", "_name_or_path", "model_type")
-FLAGS = ("tie_word_embeddings", "attention_bias", "use_sliding_window")
+FLAGS = ("tie_word_embeddings", "attention_bias", "use_sliding_window", "alibi")
+NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")  # positive and finite
+OBJECTS = ("rope_scaling", "rope_parameters", "attn_config")
 MAX_COUNT = 2**31
 
 
@@ -55,6 +57,13 @@ def check_hf_config(cfg: dict[str, Any], where: str = "model-config") -> dict[st
     for key in FLAGS:
         if cfg.get(key) is not None and not isinstance(cfg[key], bool):
             raise InputError(f"{where}: {key} must be true or false, got {_shown(cfg[key])}")
+    for key in NUMBERS:
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+            raise InputError(f"{where}: {key} must be a positive number, got {_shown(value)}")
+    for key in OBJECTS:
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise InputError(f"{where}: {key} must be an object, got {_shown(cfg[key])}")
     if cfg.get("architectures") is not None and not isinstance(cfg["architectures"], list):
         raise InputError(f"{where}: architectures must be a list, got {_shown(cfg['architectures'])}")
     return cfg

@@ -28,6 +28,7 @@ from optlayout.report.html import (
 from optlayout.report.svg import PALETTE, Series, stacked_hbar
 from optlayout.solver.explain import why_it_lost
 from optlayout.specs import Layout
+from optlayout.timings import timings_line
 from optlayout.topology import Topology
 
 __all__ = ["DimPlacement", "placement", "plan_report_html"]
@@ -141,8 +142,8 @@ def _network_tier(groups: list[list[int]], levels: list[dict[str, Any]]) -> str:
 
 
 def plan_report_html(plan: Plan, topology: Topology | None = None, timings: bool = False) -> str:
-    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths). The page is
-    the same for the same plan; `timings` adds the wall-clock times of the search, which are not."""
+    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths). The same
+    plan gives the same page; `timings` adds the wall-clock time of each phase, which differs run to run."""
     if topology is not None and topology.num_gpus != plan.gpus:
         raise InputError(f"report: the topology has {topology.num_gpus} GPUs but the plan {plan.gpus}")
     gps = topology.gpus_per_server if topology is not None else plan.gpus_per_server
@@ -194,10 +195,11 @@ def _header(plan: Plan, topology: Topology | None, timings: bool) -> str:
         (
             "search",
             f"{fmt_num(plan.legal_layouts)} legal layouts, {fmt_num(plan.evaluated_layouts)} evaluated, "
-            f"{fmt_num(plan.candidates)} in the CP-SAT model"
-            + (f"; tables {plan.table_time_s:.2f} s, solve {plan.solve_time_s:.2f} s" if timings else ""),
+            f"{fmt_num(plan.candidates)} in the CP-SAT model",
         ),
     ]
+    if timings and plan.phases_s:
+        facts.append(("time", timings_line(plan.phases_s).removeprefix("time: ")))
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
     return (
         f'<h1>{esc(f"Plan: {plan.model.name} on {plan.gpus} GPUs")}</h1>\n<dl class="facts" id="plan-facts">{rows}</dl>'

@@ -13,20 +13,21 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pydantic
 import yaml
-from scipy.optimize import least_squares
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.readers import CALIBRATION
-from optlayout.runs.predict import RunPrediction, predict_run, run_job
-from optlayout.runs.records import RunRecord
-from optlayout.topology import Topology, topology_from_cluster
+
+if TYPE_CHECKING:  # fitting needs them; reading a calibration file does not (a solve loads only that)
+    from optlayout.runs.predict import RunPrediction
+    from optlayout.runs.records import RunRecord
+    from optlayout.topology import Topology
 
 CALIBRATION_SCHEMA_VERSION = 1
 # The constants fitted, with physical bounds: efficiencies are fractions of a datasheet figure.
@@ -115,6 +116,8 @@ class _Case:
     topology: Topology
 
     def predicted_tps(self, params: CostParams) -> float:
+        from optlayout.runs.predict import run_job
+
         rec, lay = self.prediction.record, self.prediction.layout
         job = run_job(rec)
         links = group_links(self.topology, lay)
@@ -124,6 +127,9 @@ class _Case:
 
 def prepare(records: Sequence[RunRecord], params_for: Callable[[str, str], CostParams]) -> list[_Case]:
     """Fill each run's layout once (solver, known fields pinned) and keep its topology."""
+    from optlayout.runs.predict import predict_run
+    from optlayout.topology import topology_from_cluster
+
     topologies: dict[str, Topology] = {}
     cases = []
     for rec in records:
@@ -154,6 +160,8 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
         predicted = np.array([c.predicted_tps(params) for c in cases])
         errors: np.ndarray = np.log(predicted / measured)
         return errors
+
+    from scipy.optimize import least_squares  # scipy loads only to fit
 
     result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return _with(base, names, result.x)

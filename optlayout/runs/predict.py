@@ -11,7 +11,6 @@ from optlayout.errors import InputError
 from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
 from optlayout.solver.candidates import Limits
-from optlayout.solver.cpsat import solve_top_k
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
@@ -66,6 +65,8 @@ def predict_run(
     The published run did run, so if no completion fits the memory model, the fastest completion is used
     anyway (the prediction then says `fits: false`, a miss of the memory model, reported as such).
     """
+    from optlayout.solver.cpsat import solve_top_k  # OR-Tools loads when a run is predicted, not for a calibration file
+
     job = run_job(record)
     topo = topology or topology_from_cluster(record.cluster)
     pins = _pins(record)

@@ -104,11 +104,7 @@ def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
 def tp_choices(model: ModelSpec, gpus: int, domain_size: int, options: SpaceOptions) -> list[int]:
     """TP divides the heads; kv heads divide or are replicated; within the NVLink domain unless allowed."""
     limit = gpus if options.allow_tp_beyond_domain else min(domain_size, gpus)
-    return [
-        t
-        for t in _divisors(model.heads)
-        if t <= limit and tp_fits_heads(model, t) and _allowed(options, "tp", t)
-    ]
+    return [t for t in _divisors(model.heads) if t <= limit and tp_fits_heads(model, t) and _allowed(options, "tp", t)]
 
 
 def batch_targets(job: JobSpec) -> tuple[int, int]:
@@ -134,15 +130,25 @@ class LayoutGroup:
     def __len__(self) -> int:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
 
+    def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
+        return Layout(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel)
+
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
-            yield Layout(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sp)
+            yield self.layout(sharding, recompute, sp)
+
+    def variants(self) -> Iterator[tuple[Recompute, bool]]:
+        """(recomputation, sequence parallelism) pairs: the layouts of one pair, one per sharding, share their
+        compute, exposed TP/CP time and bubble (sharding changes none of them)."""
+        return itertools.product(self.recomputes, self.sequence_parallel)
 
     def cheapest_variant(self) -> Layout:
-        """No recomputation, sequence-parallel elementwise work, no sharding: the variant whose compute,
-        exposed TP/CP time and bubble are the least of the group's (it may itself be excluded by a pin)."""
-        tp = self.degrees["tp"]
-        return Layout(**self.degrees, sequence_parallel=tp is not None and tp > 1)
+        """No recomputation, sequence-parallel elementwise work and pipeline messages, the state sharded where
+        there is a data-parallel group: the variant whose compute, exposed TP/CP time, bubble, pipeline
+        send/receive and optimizer step are the least of the group's (it may itself be excluded by a pin)."""
+        tp, dp, cp = self.degrees["tp"], self.degrees["dp"], self.degrees["cp"]
+        sharded = dp is not None and cp is not None and dp * cp > 1
+        return self.layout(Sharding.fsdp if sharded else Sharding.none, Recompute.none, tp is not None and tp > 1)
 
 
 def enumerate_layouts(

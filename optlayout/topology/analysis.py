@@ -269,6 +269,7 @@ def _share_nics(scan: _Scan, sw: _Switches) -> None:
 def _domains(scan: _Scan, server: np.ndarray, gpu_nodes: list[str]) -> tuple[np.ndarray, list[str]]:
     """Scale-up domain per rank (numbered in rank order) and each domain's kind: the connected components of
     the NVSwitch and GPU-GPU links, else the server's PCIe tree, else the GPU alone."""
+
     # A GPU on one NVSwitch and nothing else (the common case) only hangs off that switch: it is left out
     # of the graph and takes its switch's component (131,072 such GPUs would add 1.5 s of edges).
     def alone(r: int, peers: list[str] | None) -> bool:

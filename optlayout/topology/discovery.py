@@ -560,9 +560,7 @@ def _slurm_tree(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str) 
             parents[kid].append(s)
     roots = [s for s, p in parents.items() if not p]
     if len(roots) > 1:
-        raise InputError(
-            f"slurm: the tree has several roots ({', '.join(roots)}): their hosts cannot reach each other"
-        )
+        raise InputError(f"slurm: the tree has several roots ({', '.join(roots)}): their hosts cannot reach each other")
     template = _template(opts, scale_up=True)
     servers = list(dict.fromkeys(h for s in switches for h in hosts[s]))
     if not servers:
