@@ -1,6 +1,6 @@
 """optlayout: decide how to lay out large-model training over a GPU cluster.
 
-Library entry points for launch tooling (imported lazily, so the CLI's light commands stay fast):
+Library entry points for launch tooling (imported lazily, so the CLI's light commands stay fast; the specs too):
 `solve`, `replan`, `estimate_layout`, `explain_layout`, `Plan`, `calibrated_params` (the CLI's fitted
 constants), the specs and the error classes (`OptlayoutError` and its `InputError`, `InfeasibleError`,
 `UnsupportedError`).
@@ -9,14 +9,25 @@ constants), the specs and the error classes (`OptlayoutError` and its `InputErro
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optlayout.errors import InfeasibleError, InputError, OptlayoutError, UnsupportedError
-from optlayout.layout.model import Layout, Recompute, Sharding
-from optlayout.specs import ClusterSpec, GpuSpec, JobSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from optlayout.layout.model import Layout, Recompute, Sharding
+    from optlayout.specs import ClusterSpec, GpuSpec, JobSpec, ModelSpec
 
 __version__ = "0.1.0"
 
+_SPECS = {
+    "Layout": "optlayout.layout.model",
+    "Recompute": "optlayout.layout.model",
+    "Sharding": "optlayout.layout.model",
+    "ClusterSpec": "optlayout.specs",
+    "GpuSpec": "optlayout.specs",
+    "JobSpec": "optlayout.specs",
+    "ModelSpec": "optlayout.specs",
+}
 _LAZY = {
     "solve": "optlayout.planning",
     "estimate_layout": "optlayout.planning",
@@ -49,6 +60,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
+    module = _SPECS.get(name) or _LAZY.get(name)
+    if module is not None:
+        return getattr(import_module(module), name)
     raise AttributeError(f"module 'optlayout' has no attribute {name!r}")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from optlayout.cost import Prediction
+from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
 from optlayout.errors import OptlayoutError
 from optlayout.presets import model_preset
 from optlayout.runs.calibrate import load_calibration
-from optlayout.runs.compare import pairwise_order
+from optlayout.runs.compare import compare_runs, pairwise_order
 from optlayout.runs.logs import append_run, measure_megatron, measure_torchtitan, run_from_log, run_layout
 from optlayout.runs.predict import RunPrediction, predict_run
 from optlayout.runs.records import LAYOUT_FIELDS, RunJob, RunLayout, RunRecord, read_runs
@@ -413,3 +413,31 @@ def test_torchtitan_config_echo_states_the_pipeline():
     assert (facts.seq_len, facts.global_batch, facts.gpus, facts.precision) == (8192, 64, 64, "fp8")
     assert facts.layout == {"tp": 8, "pp": 4, "cp": 1, "dp": 2, "sharding": "zero2", "micro_batch": 2,
                             "recompute": "full"}  # fmt: skip
+
+
+# --- compare in parallel --------------------------------------------------------------------------------
+
+
+def _default_params(_gpu: str, _precision: str) -> CostParams:
+    return DEFAULT_PARAMS
+
+
+def test_compare_in_processes_gives_the_rows_of_one_process_in_file_order():
+    records = read_runs(RUNS_JSONL)
+    picked = [records[3], records[0], records[4], records[1]]  # two runs share a group (and its ranking)
+    alone = compare_runs(picked, _default_params, workers=1)
+    pooled = compare_runs(picked, _default_params, workers=2)
+    assert pooled == alone
+    assert [row["id"] for row in pooled["runs"]] == [r.id for r in picked]
+
+
+def test_compare_in_processes_raises_the_first_bad_run_of_the_file():
+    records = read_runs(RUNS_JSONL)
+
+    def unsplittable(record: RunRecord, run_id: str) -> RunRecord:  # tp=3 divides no Llama head count
+        return record.model_copy(update={"id": run_id, "layout": record.layout.model_copy(update={"tp": 3})})
+
+    runs = [records[3], unsplittable(records[4], "bad-first"), records[0], unsplittable(records[3], "bad-later")]
+    for workers in (1, 2):
+        with pytest.raises(OptlayoutError, match="run bad-first: no legal layout"):
+            compare_runs(runs, _default_params, rank_layouts=False, workers=workers)

@@ -10,7 +10,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from optlayout.cli import common
+from optlayout.cli import common, outputs
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InputError
 
@@ -40,31 +40,44 @@ def compare_command(
     no_rank: Annotated[bool, typer.Option("--no-rank", help="skip ranking each measured layout (faster)")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="predicted vs measured PNG (needs matplotlib)")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="self-contained HTML report")] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="processes (default: the CPUs available; 1: no others)")
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
     from optlayout.runs.compare import compare_runs
 
+    inputs = (runs, calibration)
+    for flag, path in (("--plot", plot), ("--report", report)):
+        if path is not None:
+            outputs.check_output(path, flag, inputs)
     records = _read(runs)
     fitted = common.calibration_arg(calibration)
 
     def params_for(gpu: str, precision: str) -> CostParams:
         return fitted.params_for(gpu, precision) if fitted else DEFAULT_PARAMS
 
-    show_progress = not as_json and common.console.is_terminal
-    with Progress(console=common.err_console, disable=not show_progress, transient=True) as bar:
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs: at least 1 process (got {jobs})")
+    # refreshed on each finished group, never by a thread of its own (the worker processes fork)
+    with Progress(console=common.err_console, disable=not common.err_console.is_terminal, transient=True,
+                  auto_refresh=False) as bar:  # fmt: skip
         task = bar.add_task("predicting runs", total=len(records))
         result = compare_runs(
-            records, params_for, rank_layouts=not no_rank, progress=lambda i, n: bar.update(task, completed=i)
-        )
+            records, params_for, rank_layouts=not no_rank, workers=jobs,
+            progress=lambda i, n: bar.update(task, completed=i, refresh=True),
+        )  # fmt: skip
     if plot is not None:
         from optlayout.runs.plot import plot_compare
 
+        existed = plot.exists()
         plot_compare(result, plot)
+        outputs.announce(plot, existed)
     if report is not None:
-        from optlayout.report import compare_report_html, write_report
+        from optlayout.report import compare_report_html
 
-        write_report(compare_report_html(result), report)
+        outputs.write_output(report, compare_report_html(result), "--report", inputs)
     if as_json:
         common.print_json(result)
         return
@@ -105,6 +118,7 @@ def calibrate_command(
     """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
     from optlayout.runs.calibrate import calibrate
 
+    outputs.check_output(output, "--output", [runs])
     records = _read(runs)
     if len(records) < 2:
         raise InputError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
@@ -113,7 +127,7 @@ def calibrate_command(
         task = bar.add_task("calibrating", total=None)
         fitted = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
                             progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
-    fitted.save(output)
+    outputs.write_output(output, fitted.to_yaml(), "--output", [runs])
     if as_json:
         common.print_json(fitted.model_dump())
         return
@@ -160,6 +174,7 @@ def from_log_command(
     from optlayout.runs.logs import LOG_FORMATS, append_run, record_from_log
     from optlayout.topology import parse_cluster_shorthand
 
+    outputs.check_output(output, "--output", [log, model_config])
     fmt = log_format.strip().lower()
     if fmt not in LOG_FORMATS:
         raise InputError(f"format: expected one of {', '.join(LOG_FORMATS)} (got {log_format!r})")

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 from rich.table import Table
 
-from optlayout.cli import common
+from optlayout.cli import command_started_s, common, outputs
 from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec, storage_spec
 from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
 from optlayout.errors import InputError
 from optlayout.layout import SEARCHED_AXES
+from optlayout.timings import PhaseClock, timings_json, timings_line
 
 if TYPE_CHECKING:  # the planning and topology packages load on use, keeping the light commands fast
     from optlayout.planning import Plan, PlannedLayout
@@ -63,6 +65,11 @@ def _max_ints(items: list[str] | None) -> dict[str, int]:
             raise InputError(f"max: {key}={value!r} must be an integer") from None
     return out
 
+
+TimingsOpt = Annotated[
+    bool, typer.Option("--timings", help="add the time of every phase to --json and --report (they vary run to run)")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="print the time of every phase on stderr")]
 
 GB = 1e9
 HOUR = 3600.0
@@ -217,9 +224,13 @@ def solve_command(
     save: Annotated[Path | None, typer.Option("--save", help="write the plan as JSON")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="write a self-contained HTML report")] = None,
     as_json: common.JsonOpt = False,
+    timings: TimingsOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """The layouts with the highest predicted MFU (or goodput), proven optimal within the cost model;
     with --from-plan, the best layout of a saved plan on another GPU count and what changes."""
+    started_s = command_started_s()
+    clock = PhaseClock()
     from optlayout.planning import solve
     from optlayout.topology import load_cluster
 
@@ -232,6 +243,10 @@ def solve_command(
                      allow_tp_beyond_domain=allow_tp_beyond_domain, max_bubble_fraction=max_bubble)  # fmt: skip
     if (topology is not None) and (cluster is not None):
         raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+    inputs = (topology, model_config, model, calibration, from_plan)
+    for flag, path in (("--save", save), ("--report", report)):
+        if path is not None:
+            outputs.check_output(path, flag, inputs)
     source = topology if topology is not None else cluster
     loaded = None
     if from_plan is not None:
@@ -244,7 +259,8 @@ def solve_command(
             raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
         if gpus is None and source is None:
             raise InputError("--from-plan needs --gpus N (or the new --cluster/--topology)")
-        plan, loaded = _replan(from_plan, gpus, source, calibration, objective, straggler_slowdown, search)
+        plan, loaded = _replan(from_plan, gpus, source, calibration, objective, straggler_slowdown, search,
+                               clock, started_s)  # fmt: skip
     else:
         if gpus is not None:
             raise InputError("--gpus goes with --from-plan; for a new solve give the cluster's gpus= count")
@@ -255,11 +271,19 @@ def solve_command(
         shape = common.model_arg(model, model_config)
         job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
                              precision, optimizer_bytes, headroom, attention_kernel)  # fmt: skip
-        loaded = load_cluster(source)
+        with clock.phase("topology"):
+            loaded = load_cluster(source)
         params = common.params_arg(calibration, loaded.topology.gpu.name, precision)
+        _parsed(clock, started_s)
         plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
                      straggler_slowdown=straggler_slowdown or 0.0, **search)  # fmt: skip
-    _output(plan, save, report, loaded, as_json)
+    clock.merge(plan.phases_s)
+    _output(plan, save, report, loaded, as_json, inputs, clock, timings, verbose)
+
+
+def _parsed(clock: PhaseClock, started_s: float) -> None:
+    """Book everything since the command began that no other phase took as parsing (imports included)."""
+    clock.add("parse", time.perf_counter() - started_s - sum(clock.seconds.values()))
 
 
 def _replan(
@@ -270,36 +294,60 @@ def _replan(
     objective: str | None,
     straggler_slowdown: float | None,
     search: _Search,
+    clock: PhaseClock,
+    started_s: float,
 ) -> tuple[Plan, LoadedCluster | None]:
     """Re-plan a saved plan (and the new cluster, loaded once, when given)."""
     from optlayout.planning import Plan, replan
     from optlayout.topology import load_cluster
 
     old = Plan.load(from_plan)
-    loaded = load_cluster(source) if source is not None else None
+    with clock.phase("topology"):
+        loaded = load_cluster(source) if source is not None else None
     gpu_name = loaded.topology.gpu.name if loaded is not None else _plan_gpu(old)
     params = common.params_arg(calibration, gpu_name, old.job.precision)
+    _parsed(clock, started_s)
     plan = replan(old, gpus, cluster=loaded, params=params, objective=objective,
                   straggler_slowdown=straggler_slowdown, **search)  # fmt: skip
     return plan, loaded
 
 
-def _output(plan: Plan, save: Path | None, report: Path | None, loaded: LoadedCluster | None, as_json: bool) -> None:
-    """Save, report and print the plan; exit status 1 when it holds no layout."""
-    if save is not None:
-        plan.save(save)
-    if report is not None:
-        from optlayout.report import plan_report_html, write_report
+def _output(
+    plan: Plan,
+    save: Path | None,
+    report: Path | None,
+    loaded: LoadedCluster | None,
+    as_json: bool,
+    inputs: tuple[object, ...],
+    clock: PhaseClock,
+    timings: bool,
+    verbose: bool,
+) -> None:
+    """Save, report and print the plan (with its timings when asked); with no layout, the diagnosis goes to
+    stderr (one line) and the exit status is 1."""
+    paths = [p for p in inputs if isinstance(p, str | Path)]
+    with clock.phase("output"):
+        if save is not None:
+            outputs.write_output(save, plan.to_json() + "\n", "--save", paths)
+        if report is not None:
+            from optlayout.report import plan_report_html
 
-        topo = loaded.topology if loaded is not None and plan.layouts else None
-        write_report(plan_report_html(plan, topo if topo is not None and topo.num_gpus == plan.gpus else None), report)
-    if as_json:
-        common.print_json(plan_json(plan))
-    else:
-        print_plan(plan)
+            topo = loaded.topology if loaded is not None and plan.layouts else None
+            shown = plan.model_copy(update={"phases_s": clock.phases_s()})
+            topo = topo if topo is not None and topo.num_gpus == plan.gpus else None
+            outputs.write_output(report, plan_report_html(shown, topo, timings=timings), "--report", paths)
+        payload = plan_json(plan) if as_json else None
+    if payload is not None:
+        if timings:
+            payload["timings"] = timings_json(clock.phases_s())
+        common.print_json(payload)
+    elif plan.layouts:
+        with clock.phase("output"):
+            print_plan(plan)
+    if verbose:
+        common.err_console.print(timings_line(clock.phases_s()), soft_wrap=True)
     if plan.status in ("infeasible", "unknown"):
-        if as_json:
-            common.err_console.print(f"{plan.status}: {plan.diagnosis}")
+        typer.echo(f"{plan.status}: {plan.diagnosis}", err=True)
         raise typer.Exit(1)
 
 
@@ -312,21 +360,21 @@ def _plan_gpu(plan: Plan) -> str:
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
-    """The `--json` schema: status, solve_time_s, layouts [{layout, prediction}], and the plan's context.
+    """The `--json` schema: status, layouts [{layout, prediction}], and the plan's context; the same input
+    gives the same JSON (`--timings` adds a `timings` object, the one part that changes run to run).
 
     Added without changing the keys above: `objective`; per layout `goodput` (with failure and storage
     inputs) and `straggler` (with a slowdown); `replanned_from` and `changes` after --from-plan."""
     out = {
         "schema_version": plan.schema_version,
         "status": plan.status,
-        "solve_time_s": round(plan.solve_time_s, 4),
-        "build_time_s": round(plan.build_time_s, 4),
         "candidates": plan.candidates,
         "model": plan.model.name,
         "topology": plan.topology_name,
         "gpus": plan.gpus,
         "objective": plan.objective,
         "diagnosis": plan.diagnosis,
+        "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
     if plan.replan is not None:
@@ -353,11 +401,12 @@ def print_plan(plan: Plan) -> None:
 
     con = common.console
     if not plan.layouts:
-        con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}")
+        con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}", soft_wrap=True)
         return
+    common.print_assumed(plan.assumed)
     con.print(
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "
-        f"[bold]{plan.status}[/bold] in {plan.solve_time_s:.3f} s over {plan.candidates} candidates"
+        f"[bold]{plan.status}[/bold] over {plan.candidates} candidates (CP-SAT {plan.cpsat_time_s:.3f} s)"
         + (" (objective: goodput)" if plan.objective == "goodput" else "")
     )
     has_goodput = any(p.goodput is not None for p in plan.layouts)
@@ -464,10 +513,11 @@ def explain_command(
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
                          attention_kernel=attention_kernel)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
-    report = explain_layout(shape, topo, job, parse_layout(layout), params)
+    report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": common.assumed_arg(cluster)}
     if as_json:
         common.print_json(report)
         return
+    common.print_assumed(report["assumed"])
     con = common.console
     rank = report["rank"]
     con.print(

@@ -12,7 +12,6 @@ import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel
-from scipy import integrate, special
 
 from optlayout.cost import Prediction
 from optlayout.errors import InputError
@@ -63,6 +62,7 @@ def expected_max_standard_normal(n: int) -> float:
     n = int(n)
     if n == 1:
         return 0.0
+    from scipy import integrate, special  # scipy loads only for this integral
 
     def log_cdf_n(x: float) -> float:
         return n * float(special.log_ndtr(x))

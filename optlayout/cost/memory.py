@@ -121,9 +121,20 @@ def stage_params(
     return StageParams(dense + experts, experts)
 
 
-def stage_params_per_stage(model: ModelSpec, layout: Layout) -> tuple[StageParams, ...]:
-    """The parameters one GPU of each pipeline stage holds."""
-    return tuple(stage_params(model, layout, i, held) for i, held in enumerate(rank_kinds(model.layer_kinds, layout)))
+def stage_params_per_stage(
+    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None = None
+) -> tuple[StageParams, ...]:
+    """The parameters one GPU of each pipeline stage holds, reused through `memo` (owned by the caller for one
+    model) by every layout of the same tp, stage split and expert split."""
+    pkey = ("params", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+            layout.ep, layout.etp)  # fmt: skip
+    per_stage: tuple[StageParams, ...] | None = memo.get(pkey) if memo is not None else None
+    if per_stage is None:
+        held = rank_kinds(model.layer_kinds, layout)
+        per_stage = tuple(stage_params(model, layout, i, kinds) for i, kinds in enumerate(held))
+        if memo is not None:
+            memo[pkey] = per_stage
+    return per_stage
 
 
 def param_count_per_stage(model: ModelSpec, layout: Layout) -> tuple[float, ...]:
@@ -239,7 +250,7 @@ def memory_per_gpu(
     if layout.recompute == Recompute.full:
         whole = layout.model_copy(update={"recompute": Recompute.none})
         recomputing = max(activation_bytes_per_layer(model, job, whole, k, params) for k in kinds)
-    per_stage = _stage_params(model, layout, memo)
+    per_stage = stage_params_per_stage(model, layout, memo)
     chunk_bytes = [[sum(n * per_kind[k] for k, n in chunk) for chunk in chunks] for chunks in ranks]
     if model.mtp_layers:  # the MTP modules run after the last layer, in the last rank's last chunk
         chunk_bytes[last][-1] += model.mtp_layers * per_kind[mtp_kind(model)]
@@ -297,20 +308,6 @@ def _per_kind_activation_bytes(
     return per_kind
 
 
-def _stage_params(
-    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
-) -> tuple[StageParams, ...]:
-    """`stage_params_per_stage`, through the memo."""
-    pkey = ("params", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-            layout.ep, layout.etp)  # fmt: skip
-    per_stage: tuple[StageParams, ...] | None = memo.get(pkey) if memo is not None else None
-    if per_stage is None:
-        per_stage = stage_params_per_stage(model, layout)
-        if memo is not None:
-            memo[pkey] = per_stage
-    return per_stage
-
-
 def memory_floor_bytes(
     model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
 ) -> float:
@@ -322,7 +319,7 @@ def memory_floor_bytes(
     if layout.pp == 1 and model.mtp_layers:
         chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
     acts, _ = inflight_bytes(layout, chunk_bytes, 0)
-    state = sum(stage_state_bytes(_stage_params(model, layout, memo)[0], job, layout))
+    state = sum(stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout))
     return state + acts + params.runtime_reserve_bytes
 
 

@@ -13,6 +13,8 @@ from optlayout.conditions.goodput import FailureSpec, LayoutCheckpointing, Stora
 from optlayout.conditions.stragglers import StragglerPrediction
 from optlayout.cost import Prediction
 from optlayout.errors import InfeasibleError, InputError, describe_validation_error
+from optlayout.inputs.limits import MAX_GPUS
+from optlayout.inputs.readers import PLAN
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 SCHEMA_VERSION = 1
@@ -100,18 +102,23 @@ class Plan(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     status: str = Field(description="optimal | feasible (time limit hit) | infeasible")
-    solve_time_s: float
-    build_time_s: float = Field(0.0, description="building the CP-SAT model from the cost tables")
-    table_time_s: float = Field(0.0, description="enumerating the space and evaluating the cost model")
+    phases_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="wall-clock seconds by phase (optlayout.timings.PHASES); not part of the answer, so never saved",
+        exclude=True,
+    )
     legal_layouts: int = Field(0, description="layouts of the legal space looked at")
     evaluated_layouts: int = Field(0, description="layouts the cost model evaluated (the rest proven over memory)")
     candidates: int = Field(0, description="the CP-SAT model's Booleans: evaluated layouts that can be in the top K")
     model: ModelSpec
     job: JobSpec
     topology_name: str
-    gpus: int
-    gpus_per_server: int
+    gpus: int = Field(ge=1, le=MAX_GPUS)
+    gpus_per_server: int = Field(ge=1, le=MAX_GPUS)
     cluster: ClusterSpec | None = None
+    assumed: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="cluster fields the shorthand was not given: the value used and why"
+    )
     topology_doc: dict[str, Any] | None = Field(
         None, description="the generator-form topology document the cluster came from (re-planning rebuilds it)"
     )
@@ -126,6 +133,16 @@ class Plan(BaseModel):
     def model_post_init(self, _context: Any) -> None:
         for planned in self.layouts:
             planned._context = (self.model, self.job, self.gpus_per_server)
+
+    @property
+    def total_time_s(self) -> float:
+        """Wall-clock seconds of every phase timed (a library solve: topology to CP-SAT; the CLI adds the rest)."""
+        return sum(self.phases_s.values())
+
+    @property
+    def cpsat_time_s(self) -> float:
+        """Building and solving the CP-SAT model, every top-K re-solve included."""
+        return self.phases_s.get("cpsat", 0.0)
 
     @property
     def best(self) -> PlannedLayout:
@@ -148,12 +165,7 @@ class Plan(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         """Read a saved plan; an older schema or a hand-edited illegal layout is a one-line error."""
-        try:
-            raw = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise InputError(f"plan: no such file {str(path)!r}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"plan: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raw = PLAN.json(path)
         version = raw.get("schema_version") if isinstance(raw, dict) else None
         if version != SCHEMA_VERSION:
             raise InputError(

@@ -11,6 +11,8 @@ import pydantic
 from optlayout.conditions.goodput import FailureSpec, StorageSpec
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InfeasibleError, InputError, OptlayoutError, UnsupportedError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.limits import MAX_GPUS
 from optlayout.layout.model import AXES
 from optlayout.planning.plan import LayoutChange, Plan, Replan
 from optlayout.planning.search import ClusterInput, SolveRequest, failure_input, solve_request, storage_input
@@ -18,7 +20,8 @@ from optlayout.solver.candidates import passes_limits, state_key
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, batch_targets, space_options
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
-from optlayout.topology import Topology, load_cluster, topology_from_dict
+from optlayout.timings import PhaseClock
+from optlayout.topology import Topology, cluster_assumptions, load_cluster, topology_from_dict
 from optlayout.topology.schema import GeneratorDoc
 
 _SAVED_SPLIT = {Sharding.none: 0, Sharding.zero1: 1, Sharding.zero2: 1, Sharding.fsdp: 2}  # what the saved state shards
@@ -173,6 +176,7 @@ def _batch_rule(job: JobSpec, spec: ModelSpec, gpus: int) -> str:
     )
 
 
+@checked_arguments
 def replan(
     plan: Plan | str | Path,
     gpus: int | None = None,
@@ -201,11 +205,13 @@ def replan(
     works on `gpus`, with the nearest GPU counts that do.
     """
     old = Plan.load(plan) if isinstance(plan, (str, Path)) else plan
-    if gpus is not None and (isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1):
-        raise InputError(f"replan: gpus must be a whole number >= 1 (got {gpus!r})")
+    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+        raise InputError(f"replan: gpus must be a whole number from 1 to {MAX_GPUS:,} (got {gpus!r})")
     options = space_options(pins, maxima, exclude, **switches)
+    clock = PhaseClock()
     if cluster is not None:
-        loaded = load_cluster(cluster)
+        with clock.phase("topology"):
+            loaded = load_cluster(cluster)
         topo, shorthand, doc = loaded.topology, loaded.shorthand, loaded.generator_doc
         if gpus is not None and topo.num_gpus != gpus:
             raise InputError(f"replan: the given cluster has {topo.num_gpus} GPUs, not {gpus}")
@@ -226,7 +232,8 @@ def replan(
                 f"replan: {gpus} GPUs is not a whole number of {maker.unit()}; pass --cluster/--topology for "
                 f"another shape, or use a multiple of {maker.per_node}; {_suggestion(below, above)}"
             )
-        topo, shorthand, doc = maker.build(gpus)
+        with clock.phase("topology"):
+            topo, shorthand, doc = maker.build(gpus)
     request = SolveRequest.make(
         old.model, topo, old.job, top=top, pins=pins, maxima=maxima, exclude=exclude, params=params,
         time_limit_s=time_limit_s, objective=objective if objective is not None else old.objective,
@@ -235,7 +242,7 @@ def replan(
         straggler_slowdown=straggler_slowdown if straggler_slowdown is not None else old.straggler_slowdown,
         switches=switches,
     )  # fmt: skip
-    new = solve_request(request)
+    new = solve_request(request, clock)
     if not new.layouts:
         below, above = nearest_gpu_counts(old.model, old.job, maker, gpus, options, params)
         if new.legal_layouts == 0 and not (pins or maxima or exclude):
@@ -249,6 +256,7 @@ def replan(
         update={
             "cluster": shorthand,
             "topology_doc": doc,
+            "assumed": cluster_assumptions(shorthand) if cluster is not None and shorthand is not None else old.assumed,
             "replan": Replan(from_gpus=old.gpus, from_layout=from_layout, changes=changes),
         }
     )

@@ -3,7 +3,7 @@ the validated request that solve and re-planning send down one pipeline (`solve_
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +20,16 @@ from optlayout.conditions.goodput import (
 from optlayout.conditions.stragglers import check_straggler, with_straggler
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InfeasibleError, InputError
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.limits import MAX_TOP
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.plan import Plan, PlannedLayout
 from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_skyline
-from optlayout.solver.cpsat import solve_top_k
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, space_options
 from optlayout.specs import ClusterSpec, JobSpec
+from optlayout.timings import PhaseClock
 from optlayout.topology import LoadedCluster, Topology, load_cluster
 
 ClusterInput = str | Path | ClusterSpec | Topology | LoadedCluster
@@ -82,10 +84,10 @@ class SolveRequest:
         """Check the request field by field (one-line errors naming the field) and build its problem."""
         spec = resolve_model(model)
         fail, store = failure_input(failure), storage_input(storage)
-        if not time_limit_s > 0:
-            raise InputError(f"time-limit: must be positive seconds (got {time_limit_s})")
-        if top < 1:
-            raise InputError(f"top: must be at least 1 (got {top})")
+        if not 0 < time_limit_s < math.inf:
+            raise InputError(f"time-limit: must be a finite number of seconds > 0 (got {time_limit_s})")
+        if not 1 <= top <= MAX_TOP:
+            raise InputError(f"top: must be 1 to {MAX_TOP} (got {top})")
         if objective not in OBJECTIVES:
             raise InputError(f"objective: must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
         if objective == "goodput" and (fail is None or store is None):
@@ -113,6 +115,7 @@ class SolveRequest:
         return GoodputModel(p.model, p.job, self.failure, self.storage, p.topology.gpus_per_server)
 
 
+@checked_arguments
 def solve(
     model: ModelInput,
     cluster: ClusterInput,
@@ -141,60 +144,69 @@ def solve(
     `straggler` figures; it never changes the order.
     Switches: allow_tp_beyond_domain, allow_idle_gpus, max_micro_batch, max_vp, max_cp, max_bubble_fraction.
     """
-    spec = resolve_model(model)
-    loaded = load_cluster(cluster)
+    clock = PhaseClock()
+    with clock.phase("parse"):
+        spec = resolve_model(model)
+    with clock.phase("topology"):
+        loaded = load_cluster(cluster)
     request = SolveRequest.make(
         spec, loaded.topology, job, top=top, pins=pins, maxima=maxima, exclude=exclude, params=params,
         time_limit_s=time_limit_s, objective=objective, failure=failure, storage=storage,
         straggler_slowdown=straggler_slowdown, switches=switches,
     )  # fmt: skip
-    plan = solve_request(request)
-    return plan.model_copy(update={"cluster": loaded.shorthand, "topology_doc": loaded.generator_doc})
+    plan = solve_request(request, clock)
+    return plan.model_copy(
+        update={"cluster": loaded.shorthand, "topology_doc": loaded.generator_doc, "assumed": loaded.assumed}
+    )
 
 
-def solve_request(request: SolveRequest) -> Plan:
+def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Plan:
     """The pipeline: enumerate and evaluate (with the exact reductions), solve CP-SAT, diagnose an empty answer,
-    add the run conditions to each layout."""
+    add the run conditions to each layout. `clock` (the caller's phases so far) gets this solve's phases."""
+    clock = clock if clock is not None else PhaseClock()
+    with clock.phase("parse"):  # OR-Tools loads only for a solve (not for an estimate)
+        from optlayout.solver.cpsat import solve_top_k
+
     problem, top = request.problem, request.top
     limits, topo = problem.limits, problem.topology
-    t0 = time.perf_counter()
-    evaluated, legal = problem.table.evaluated_candidates(problem.groups(), limits, k=top)
-    # the objective's scale: the best feasible throughput, the same the CP-SAT model derives from its booleans
-    scale = throughput_scale([c for c in evaluated if passes_limits(c, limits)] or evaluated)
-    candidates = top_k_skyline(evaluated, top, scale)
-    table_s = time.perf_counter() - t0
-    result = solve_top_k(candidates, limits, top_k=top, time_limit_s=request.time_limit_s)
+    evaluated, legal = problem.table.evaluated_candidates(problem.groups(), limits, k=top, clock=clock)
+    with clock.phase("reductions"):
+        # the objective's scale: the best feasible throughput, the same the CP-SAT model derives from its booleans
+        scale = throughput_scale([c for c in evaluated if passes_limits(c, limits)] or evaluated)
+        candidates = top_k_skyline(evaluated, top, scale)
+    with clock.phase("cpsat"):
+        result = solve_top_k(candidates, limits, top_k=top, time_limit_s=request.time_limit_s)
     diagnosis = None
     if result.status == "unknown":
         diagnosis = f"time limit: CP-SAT found no layout within {request.time_limit_s} s; raise --time-limit"
     elif not result.ranked:
-        if legal:  # evaluate everything once to say how far the closest layout is
-            every = [problem.table.candidate(lay) for lay in problem.layouts()]
-            diagnosis = diagnose_no_fit(every, problem.capacity_bytes, topo.num_gpus)
+        if legal:  # the memory of every layout, to say how far the closest one is
+            with clock.phase("cost_tables"):
+                least = min(problem.layouts(), key=lambda lay: problem.table.memory(lay).total_bytes)
+                diagnosis = diagnose_no_fit(problem.table.candidate(least), problem.capacity_bytes, topo.num_gpus)
         else:
             diagnosis = diagnose_empty_space(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                              problem.options)  # fmt: skip
-    gm = request.goodput_model()
-    slowdown = request.straggler_slowdown
-    planned = []
-    for i, c in enumerate(result.ranked):
-        straggler = with_straggler(c.prediction, slowdown) if slowdown > 0 else None
-        ckpt = None
-        if gm is not None:
-            tps = straggler.tokens_per_s_per_gpu if straggler is not None else c.prediction.tokens_per_s_per_gpu
-            ckpt = gm.estimate(c.layout, c.evaluation.memory.param_count_per_stage).with_throughput(tps)
-            if i == 0 and ckpt.problem is not None:
-                raise InfeasibleError(
-                    f"goodput: {ckpt.problem} ({ckpt.checkpoint_bytes / 1e9:.3g} GB of weights and optimizer state "
-                    f"per checkpoint, {ckpt.write_s / 60:.3g} min to write at the given storage bandwidth)"
-                )
-        planned.append(PlannedLayout(rank=i + 1, layout=c.layout, prediction=c.prediction, goodput=ckpt,
-                                     straggler=straggler))  # fmt: skip
+    with clock.phase("output"):  # the answer: predictions and run conditions of the layouts found
+        gm = request.goodput_model()
+        slowdown = request.straggler_slowdown
+        planned = []
+        for i, c in enumerate(result.ranked):
+            straggler = with_straggler(c.prediction, slowdown) if slowdown > 0 else None
+            ckpt = None
+            if gm is not None:
+                tps = straggler.tokens_per_s_per_gpu if straggler is not None else c.prediction.tokens_per_s_per_gpu
+                ckpt = gm.estimate(c.layout, c.evaluation.memory.param_count_per_stage).with_throughput(tps)
+                if i == 0 and ckpt.problem is not None:
+                    raise InfeasibleError(
+                        f"goodput: {ckpt.problem} ({ckpt.checkpoint_bytes / 1e9:.3g} GB of weights and optimizer state "
+                        f"per checkpoint, {ckpt.write_s / 60:.3g} min to write at the given storage bandwidth)"
+                    )
+            planned.append(PlannedLayout(rank=i + 1, layout=c.layout, prediction=c.prediction, goodput=ckpt,
+                                         straggler=straggler))  # fmt: skip
     return Plan(
         status=result.status,
-        solve_time_s=result.solve_time_s,
-        build_time_s=result.build_time_s,
-        table_time_s=table_s,
+        phases_s=clock.phases_s(),
         legal_layouts=legal,
         evaluated_layouts=len(evaluated),
         candidates=result.model_size,

@@ -7,7 +7,6 @@ variable `OPTLAYOUT_GPU_FILE`; its entries join the presets under their own name
 
 from __future__ import annotations
 
-import json
 import os
 from functools import cache, partial
 from pathlib import Path
@@ -17,6 +16,9 @@ import pydantic
 import yaml
 
 from optlayout.errors import InputError, UnsupportedError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.readers import GPU_FILE, MODEL_CONFIG
+from optlayout.presets.hf_config import check_hf_config
 from optlayout.specs import GpuSpec, ModelSpec
 
 _HERE = Path(__file__).parent
@@ -39,12 +41,7 @@ def _gpu_table() -> dict[str, dict[str, Any]]:
     extra = os.environ.get(GPU_FILE_ENV)
     if not extra:
         return table
-    try:
-        rows = yaml.safe_load(Path(extra).read_text())
-    except FileNotFoundError:
-        raise InputError(f"gpu: {GPU_FILE_ENV} names {extra!r}, which does not exist") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"gpu: {extra} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    rows = GPU_FILE.yaml(extra)
     if not isinstance(rows, dict):
         raise InputError(f"gpu: {extra} must map GPU names to their figures, as optlayout/presets/gpus.yaml does")
     for name, row in rows.items():
@@ -69,6 +66,7 @@ def model_names() -> list[str]:
     return list(_model_table())
 
 
+@checked_arguments
 def gpu_preset(name: str) -> GpuSpec:
     """A GPU preset by name (`h100-sxm`, ...); an unknown name lists the valid ones."""
     table = _gpu_table()
@@ -95,6 +93,7 @@ def gpu_preset(name: str) -> GpuSpec:
         raise InputError(f"gpu: preset {key!r} is malformed: {detail}") from None
 
 
+@checked_arguments
 def model_preset(name: str) -> ModelSpec:
     """A model preset by key (`llama3.1-405b`) or by its display name (`Llama 3.1 405B`)."""
     table = _model_table()
@@ -145,7 +144,7 @@ def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     theta = cfg.get("rope_theta", rope.get("rope_theta"))
     if theta is not None:
-        out["rope_theta"] = float(theta)
+        out["rope_theta"] = theta  # ModelSpec checks the types
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "llama3":
@@ -160,10 +159,11 @@ def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
         out["alibi"] = True
     eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_eps", cfg.get("layer_norm_epsilon")))
     if eps is not None:
-        out["norm_eps"] = float(eps)
+        out["norm_eps"] = eps
     return out
 
 
+@checked_arguments
 def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face `config.json` (transformers v4 or v5 spellings, `text_config` nesting).
 
@@ -175,15 +175,11 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         cfg, label = source, name or "hf-config"
     else:
         path = Path(source)
-        try:
-            cfg = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"model-config: no such file {str(path)!r}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"model-config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        cfg = MODEL_CONFIG.json(path)
         label = name or path.stem
     if not isinstance(cfg, dict):
         raise InputError("model-config: expected a JSON object")
+    check_hf_config(cfg)
     if "text_config" in cfg and "hidden_size" not in cfg:
         cfg = cfg["text_config"]
     kind = str(cfg.get("model_type", "")).lower()

@@ -28,6 +28,7 @@ from optlayout.report.html import (
 from optlayout.report.svg import PALETTE, Series, stacked_hbar
 from optlayout.solver.explain import why_it_lost
 from optlayout.specs import Layout
+from optlayout.timings import timings_line
 from optlayout.topology import Topology
 
 __all__ = ["DimPlacement", "placement", "plan_report_html"]
@@ -140,12 +141,13 @@ def _network_tier(groups: list[list[int]], levels: list[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------------------- page
 
 
-def plan_report_html(plan: Plan, topology: Topology | None = None) -> str:
-    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths)."""
+def plan_report_html(plan: Plan, topology: Topology | None = None, timings: bool = False) -> str:
+    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths). The same
+    plan gives the same page; `timings` adds the wall-clock time of each phase, which differs run to run."""
     if topology is not None and topology.num_gpus != plan.gpus:
         raise InputError(f"report: the topology has {topology.num_gpus} GPUs but the plan {plan.gpus}")
     gps = topology.gpus_per_server if topology is not None else plan.gpus_per_server
-    parts = [_header(plan, topology)]
+    parts = [_header(plan, topology, timings)]
     if not plan.layouts:
         parts.append(_diagnosis(plan))
     else:
@@ -179,7 +181,7 @@ def _label(planned: PlannedLayout) -> str:
     return f"#{planned.rank} " + " ".join(parts)
 
 
-def _header(plan: Plan, topology: Topology | None) -> str:
+def _header(plan: Plan, topology: Topology | None, timings: bool) -> str:
     job = plan.job
     sequences = job.sequences_per_step
     batch = f"{sequences} sequences = {fmt_num(sequences * job.seq_len)} tokens" if sequences else "solver's choice"
@@ -193,10 +195,11 @@ def _header(plan: Plan, topology: Topology | None) -> str:
         (
             "search",
             f"{fmt_num(plan.legal_layouts)} legal layouts, {fmt_num(plan.evaluated_layouts)} evaluated, "
-            f"{fmt_num(plan.candidates)} in the CP-SAT model; tables {plan.table_time_s:.2f} s, "
-            f"solve {plan.solve_time_s:.2f} s",
+            f"{fmt_num(plan.candidates)} in the CP-SAT model",
         ),
     ]
+    if timings and plan.phases_s:
+        facts.append(("time", timings_line(plan.phases_s).removeprefix("time: ")))
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
     return (
         f'<h1>{esc(f"Plan: {plan.model.name} on {plan.gpus} GPUs")}</h1>\n<dl class="facts" id="plan-facts">{rows}</dl>'

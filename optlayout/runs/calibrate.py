@@ -13,18 +13,21 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pydantic
 import yaml
-from scipy.optimize import least_squares
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
 from optlayout.errors import InputError, describe_validation_error
-from optlayout.runs.predict import RunPrediction, predict_run, run_job
-from optlayout.runs.records import RunRecord
-from optlayout.topology import Topology, topology_from_cluster
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.readers import CALIBRATION
+
+if TYPE_CHECKING:  # fitting needs them; reading a calibration file does not (a solve loads only that)
+    from optlayout.runs.predict import RunPrediction
+    from optlayout.runs.records import RunRecord
+    from optlayout.topology import Topology
 
 CALIBRATION_SCHEMA_VERSION = 1
 # The constants fitted, with physical bounds: efficiencies are fractions of a datasheet figure.
@@ -51,6 +54,8 @@ def calibration_key(gpu: str, precision: str) -> str:
 class Calibration(pydantic.BaseModel):
     """Fitted constants: a global set and per GPU/precision sets, with how they were obtained."""
 
+    model_config = pydantic.ConfigDict(strict=True, allow_inf_nan=False)
+
     schema_version: int = CALIBRATION_SCHEMA_VERSION
     fitted_on: str
     fitted: list[str]
@@ -63,28 +68,32 @@ class Calibration(pydantic.BaseModel):
         values = self.entries.get(calibration_key(gpu, precision), self.default)
         return DEFAULT_PARAMS.model_copy(update=values | self.moe)
 
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(), sort_keys=False, width=110)
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.model_dump(), sort_keys=False, width=110))
+        Path(path).write_text(self.to_yaml())
 
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration YAML file; errors name the field."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"calibration: no such file {str(path)!r}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"calibration: {path} is not valid YAML{where}") from None
-    if not isinstance(raw, dict) or raw.get("schema_version") != CALIBRATION_SCHEMA_VERSION:
+    raw = CALIBRATION.yaml(path)
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if type(version) is not int or version != CALIBRATION_SCHEMA_VERSION:
         raise InputError(f"calibration: {path} is not a version-{CALIBRATION_SCHEMA_VERSION} calibration file")
     try:
         calibration = Calibration.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "calibration")) from None
     for key, values in {"default": calibration.default, "moe": calibration.moe, **calibration.entries}.items():
+        fittable = MOE_FITTED if key == "moe" else FITTED
+        for name, value in values.items():  # only fitted constants, each inside the range a fit may reach
+            if name not in fittable:
+                raise InputError(f"calibration {key}.{name}: not a calibrated constant ({', '.join(fittable)})")
+            lo, hi = fittable[name]
+            if not lo <= value <= hi:
+                raise InputError(f"calibration {key}.{name}: {value:g} is outside its physical range [{lo}, {hi}]")
         try:
             CostParams(**(DEFAULT_PARAMS.model_dump() | values))
         except pydantic.ValidationError as exc:
@@ -96,6 +105,7 @@ def shipped_calibration_path() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "default_calibration.yaml"
 
 
+@checked_arguments
 def calibrated_params(gpu: str, precision: str = "bf16", calibration: str | Path | None = None) -> CostParams:
     """The cost constants the CLI uses by default: the shipped calibration's (or the file `calibration`'s) for a
     GPU and precision.
@@ -114,6 +124,8 @@ class _Case:
     topology: Topology
 
     def predicted_tps(self, params: CostParams) -> float:
+        from optlayout.runs.predict import run_job
+
         rec, lay = self.prediction.record, self.prediction.layout
         job = run_job(rec)
         links = group_links(self.topology, lay)
@@ -123,6 +135,9 @@ class _Case:
 
 def prepare(records: Sequence[RunRecord], params_for: Callable[[str, str], CostParams]) -> list[_Case]:
     """Fill each run's layout once (solver, known fields pinned) and keep its topology."""
+    from optlayout.runs.predict import predict_run
+    from optlayout.topology import topology_from_cluster
+
     topologies: dict[str, Topology] = {}
     cases = []
     for rec in records:
@@ -153,6 +168,8 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
         predicted = np.array([c.predicted_tps(params) for c in cases])
         errors: np.ndarray = np.log(predicted / measured)
         return errors
+
+    from scipy.optimize import least_squares  # scipy loads only to fit
 
     result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return _with(base, names, result.x)
@@ -325,6 +342,8 @@ def _fit_moe(cases: Sequence[_Case], base: Callable[[_Case], CostParams]) -> dic
         predicted = np.array([c.predicted_tps(base(c).model_copy(update=update)) for c in cases])
         errors: np.ndarray = np.log(predicted / measured)
         return errors
+
+    from scipy.optimize import least_squares  # scipy loads only to fit
 
     result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return dict(zip(names, (float(v) for v in result.x), strict=True))

@@ -36,6 +36,10 @@ from typing import Any
 import pydantic
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.json_doc import parse_json
+from optlayout.inputs.numbers import int_from_text, number_from_text
+from optlayout.inputs.readers import LOG, RUNS
 from optlayout.runs.records import LAYOUT_FIELDS, Measured, RunJob, RunLayout, RunRecord
 from optlayout.specs import ClusterSpec, Layout, ModelSpec
 
@@ -115,8 +119,17 @@ class LogMeasurement:
         return Measured(tokens_per_s_per_gpu=self.tokens_per_s_per_gpu, derived_from=self.derived_from, **extra)
 
 
-def _number(text: str) -> float:
-    return float(text.strip().rstrip("%").replace(",", ""))
+def _number(text: str, what: str = "number") -> float:
+    """A logged figure: finite (a NaN or infinite throughput, time or count is refused, naming the line)."""
+    return number_from_text(text.strip().rstrip("%"), what)
+
+
+def _count(text: str, where: str) -> int:
+    return int_from_text(text, f"log: {where}")
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 20 else text[:17] + "..."
 
 
 def _fields(rest: str) -> dict[str, str]:
@@ -143,7 +156,7 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
             _megatron_header(line, stated)
             continue
         fields = _fields(match.group(3))
-        where = f"{name} line {number} (iteration {match.group(1)})"
+        where = f"{name} line {number} (iteration {_short(match.group(1))})"
         elapsed_ms = _field(fields, "elapsed time per iteration (ms)", where)
         batch = _field(fields, "global batch size", where)
         if elapsed_ms is None or elapsed_ms <= 0:
@@ -154,7 +167,7 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
         out.append(
             LogLine(
                 line_number=number,
-                iteration=int(match.group(1)),
+                iteration=_count(match.group(1), f"{where}: iteration"),
                 tokens_per_s_per_gpu=batch * seq_len / elapsed_s / gpus,
                 elapsed_s=elapsed_s,
                 global_batch=int(batch),
@@ -171,22 +184,22 @@ def _field(fields: dict[str, str], key: str, where: str) -> float | None:
         return None
     try:
         return _number(fields[key])
-    except ValueError:
-        raise InputError(f"log: {where}: {key!r} is not a number ({fields[key]!r})") from None
+    except InputError:
+        raise InputError(f"log: {where}: {key!r} is not a finite number ({_short(fields[key])!r})") from None
 
 
 def _megatron_header(line: str, stated: dict[str, int]) -> None:
     world = _MEGATRON_PARALLEL.search(line)
     if world:
-        stated.setdefault("gpus", int(world.group(1)))
+        stated.setdefault("gpus", _count(world.group(1), "world size"))
         for key, pattern in _MEGATRON_SIZES.items():
             found = pattern.search(line)
             if found:
-                stated.setdefault(key, int(found.group(1)))
+                stated.setdefault(key, _count(found.group(1), key))
         return
     arg = _MEGATRON_ARG.search(line)
-    if arg and arg.group(1) in _MEGATRON_ARGS and arg.group(2).isdigit():
-        stated.setdefault(_MEGATRON_ARGS[arg.group(1)], int(arg.group(2)))
+    if arg and arg.group(1) in _MEGATRON_ARGS and re.fullmatch(r"[0-9]+", arg.group(2)):
+        stated.setdefault(_MEGATRON_ARGS[arg.group(1)], _count(arg.group(2), arg.group(1)))
 
 
 def parse_torchtitan_lines(text: str, name: str) -> tuple[list[LogLine], dict[str, int]]:
@@ -201,31 +214,31 @@ def parse_torchtitan_lines(text: str, name: str) -> tuple[list[LogLine], dict[st
                 for key, pattern in _TITAN_CONFIG.items():
                     found = pattern.search(line)
                     if found:
-                        stated.setdefault(key, int(found.group(1)))
+                        stated.setdefault(key, _count(found.group(1), f"{name} line {number}: {key}"))
             continue
         fields = {k.lower(): v for k, v in _TITAN_FIELD.findall(match.group(2))}
         tps_text = fields.get("tps", fields.get("wps"))
         if tps_text is None:
             continue  # some other message that mentions a step
         prefix = _RANK_PREFIX.match(line)
-        line_rank = int(prefix.group(1)) if prefix else None
+        line_rank = _count(prefix.group(1), f"{name} line {number}: rank") if prefix else None
         rank = line_rank if rank is None else rank
         if line_rank is not None and line_rank != rank:
             continue  # several ranks logging: keep the first one's lines (tps is per GPU on each)
-        where = f"{name} line {number} (step {match.group(1)})"
-        try:
-            tps = _number(tps_text)
-            loss = _number(fields["loss"]) if "loss" in fields else 0.0
-            tflops = _number(fields["tflops"]) if "tflops" in fields else None
-            mfu = _number(fields["mfu"]) / 100 if "mfu" in fields else None
-        except ValueError as exc:
-            raise InputError(f"log: {where}: a metric is not a number ({exc})") from None
+        where = f"{name} line {number} (step {_short(match.group(1))})"
+        tps = _number(tps_text, f"log: {where}: tps")
+        tflops = _number(fields["tflops"], f"log: {where}: tflops") if "tflops" in fields else None
+        mfu = _number(fields["mfu"], f"log: {where}: mfu") / 100 if "mfu" in fields else None
+        try:  # a NaN or infinite loss is data: it marks an iteration to leave out
+            diverged = not math.isfinite(float(fields.get("loss", "0").replace(",", "")))
+        except ValueError:
+            raise InputError(f"log: {where}: loss is not a number ({_short(fields['loss'])!r})") from None
         out.append(
             LogLine(
                 line_number=number,
-                iteration=int(match.group(1)),
+                iteration=_count(match.group(1), f"{where}: step"),
                 tokens_per_s_per_gpu=tps,
-                nan=0 if math.isfinite(loss) else 1,
+                nan=1 if diverged else 0,
                 source_tflops_per_gpu=tflops,
                 source_mfu=mfu,
             )
@@ -345,12 +358,7 @@ def measure_log(
     path = Path(path)
     if fmt not in LOG_FORMATS:
         raise InputError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"log: no such file {str(path)!r}") from None
-    except IsADirectoryError:
-        raise InputError(f"log: {str(path)!r} is a directory") from None
+    text = LOG.text(path)
     if fmt == "megatron":
         return measure_megatron(text, job.seq_len, job.global_batch, cluster.gpus, warmup, path.name, layout)
     return measure_torchtitan(text, job.seq_len, job.global_batch, warmup, path.name)
@@ -370,7 +378,7 @@ def run_layout(text: str) -> RunLayout:
     if unknown:
         raise InputError(f"layout: {', '.join(sorted(unknown))} cannot be stated in a run record")
     values = {k: _plain(getattr(layout, k)) for k in LAYOUT_FIELDS if k in given}
-    return RunLayout(**values)
+    return RunLayout.model_validate(values)
 
 
 def _layout_key(part: str) -> str:
@@ -398,6 +406,7 @@ def _check_layout(layout_text: str | None, layout: RunLayout, job: RunJob, clust
         raise InputError(f"layout: mb*ga*dp = {full.global_batch} but the job's global_batch is {job.global_batch}")
 
 
+@checked_arguments
 def run_from_log(
     path: str | Path,
     fmt: str,
@@ -441,11 +450,11 @@ def record_line(record: RunRecord) -> str:
 def append_run(record: RunRecord, path: str | Path) -> None:
     """Append a record to a JSON Lines runs file (created if missing); an id already there is an error."""
     path = Path(path)
-    existing = path.read_text() if path.is_file() else ""
-    for number, line in enumerate(existing.splitlines(), start=1):
+    existing = RUNS.text(path) if path.exists() else ""
+    for number, line in enumerate(existing.split("\n"), start=1):
         try:
-            raw = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:
+            raw = parse_json(line, "runs") if line.strip() else None
+        except InputError:
             raise InputError(f"runs: {path.name} line {number} is not valid JSON; not appending to it") from None
         if isinstance(raw, dict) and raw.get("id") == record.id:
             raise InputError(f"runs: {path.name} already holds a run with id {record.id!r} (give another --id)")

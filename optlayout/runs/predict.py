@@ -13,11 +13,10 @@ from optlayout.errors import InputError, describe_validation_error
 from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
 from optlayout.solver.candidates import Limits
-from optlayout.solver.cpsat import solve_top_k
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
-from optlayout.topology import Topology, topology_from_cluster
+from optlayout.topology import Topology, cluster_assumptions, topology_from_cluster
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class RunPrediction:
     layout: Layout
     filled_fields: dict[str, object]
     prediction: Prediction
-    assumed: dict[str, dict[str, str]]  # job fields the record did not state: {"value": ..., "why": ...}
+    assumed: dict[str, dict[str, Any]]  # job and cluster fields the record did not state: {"value": ..., "why": ...}
 
     @property
     def ape(self) -> float:
@@ -41,10 +40,11 @@ def run_job(record: RunRecord) -> JobSpec:
     return record.job_spec()
 
 
-def assumed_fields(record: RunRecord) -> dict[str, dict[str, str]]:
-    """Job fields the record leaves unstated, with the value assumed and why."""
-    assumed = {"attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher()}
-    return {name: {"value": value, "why": why} for name, (value, why) in assumed.items() if why is not None}
+def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
+    """Job and cluster fields the record leaves unstated, with the value assumed and why."""
+    job = {"attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher()}
+    cluster = {f"cluster.{k}": v for k, v in cluster_assumptions(record.cluster).items()}
+    return cluster | {name: {"value": value, "why": why} for name, (value, why) in job.items() if why is not None}
 
 
 def _pins(record: RunRecord) -> dict[str, Any]:
@@ -65,6 +65,8 @@ def predict_run(
     The published run did run, so if no completion fits the memory model, the fastest completion is used
     anyway (the prediction then says `fits: false`, a miss of the memory model, reported as such).
     """
+    from optlayout.solver.cpsat import solve_top_k  # OR-Tools loads when a run is predicted, not for a calibration file
+
     job = run_job(record)
     topo = topology or topology_from_cluster(record.cluster)
     pins = _pins(record)

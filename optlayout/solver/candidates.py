@@ -12,23 +12,37 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from optlayout.cost import DEFAULT_PARAMS, CostParams, Evaluation, GroupLinks, Prediction, evaluate, group_links
+from optlayout.cost import (
+    DEFAULT_PARAMS,
+    CostParams,
+    Evaluation,
+    GroupLinks,
+    MemoryBreakdown,
+    Prediction,
+    TimeBreakdown,
+    evaluate,
+    group_links,
+)
 from optlayout.cost.comm import LinkSource
-from optlayout.cost.memory import memory_floor_bytes, stage_params_per_stage, stage_state_bytes
-from optlayout.cost.step import step_floor_s, whole_model_s
+from optlayout.cost.memory import memory_floor_bytes, memory_per_gpu, stage_params_per_stage, stage_state_bytes
+from optlayout.cost.step import step_floor_s, step_time, whole_model_s
+from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
+from optlayout.timings import PhaseClock
 
 if TYPE_CHECKING:
     from optlayout.conditions.goodput import GoodputModel, LayoutCheckpointing
 
 _SHARDING_ORDER = {s: i for i, s in enumerate(Sharding)}
+_SHARDED_FIRST = {s: (s == Sharding.none, i) for i, s in enumerate(Sharding)}
 _RECOMPUTE_ORDER = {r: i for i, r in enumerate(Recompute)}
 
 
@@ -48,7 +62,7 @@ class Candidate:
     def prediction(self) -> Prediction:
         return self.evaluation.prediction(*self.context)
 
-    @property
+    @cached_property
     def cluster_tokens_per_s(self) -> float:
         """What the solver maximizes: tokens/s over all GPUs, x the effective time fraction under goodput."""
         tokens = self.evaluation.tokens_per_s_per_gpu * self.layout.gpus
@@ -108,8 +122,18 @@ MIB = 2**20
 
 
 def memory_mib(memory_bytes: float) -> int:
-    """Memory in whole MiB, rounded up: the unit of the `memory_fits` constraint."""
+    """Memory in whole MiB, rounded up: the unit of the `memory_fits` constraint (past the model's integer range,
+    one more than the largest capacity: it never fits, as it would not at its exact size)."""
+    if not memory_bytes < MAX_CPSAT_COEFFICIENT * MIB:
+        return MAX_CPSAT_COEFFICIENT + 1
     return int(-(-memory_bytes // MIB))
+
+
+def capacity_mib(capacity_bytes: float) -> int:
+    """Usable memory in whole MiB, the bound of `memory_fits`; no limit (infinity) is the largest integer."""
+    if not capacity_bytes < MAX_CPSAT_COEFFICIENT * MIB:
+        return MAX_CPSAT_COEFFICIENT
+    return int(capacity_bytes // MIB)
 
 
 THROUGHPUT_RESOLUTION = 1_000_000  # objective units per best-candidate throughput: 1e-6 relative resolution
@@ -141,8 +165,10 @@ class CostTable:
         self.goodput = goodput  # set: candidates carry their checkpointing and rank by goodput
         self._links: dict[tuple[int, ...], GroupLinks] = {}
         self._memo: dict[tuple[object, ...], object] = {}
+        self.cost_s = 0.0  # seconds spent in the cost model so far
 
     def links(self, layout: Layout) -> GroupLinks:
+        """The links of the layout's groups, read once per rank grid."""
         key = grid_key(layout)
         links = self._links.get(key)
         if links is None:
@@ -150,10 +176,28 @@ class CostTable:
         return links
 
     def candidate(self, layout: Layout) -> Candidate:
+        started = time.perf_counter()
         links = self.links(layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
         ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
+        self.cost_s += time.perf_counter() - started
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
+
+    def memory(self, layout: Layout) -> MemoryBreakdown:
+        """The memory per GPU of `layout` alone, the same `evaluate` finds (a diagnosis needs no step time)."""
+        started = time.perf_counter()
+        memory = memory_per_gpu(self.model, self.job, layout, self.params, self._memo)
+        self.cost_s += time.perf_counter() - started
+        return memory
+
+    def times(self, layout: Layout) -> TimeBreakdown:
+        """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
+        started = time.perf_counter()
+        most = max(stage_params_per_stage(self.model, layout, self._memo), key=lambda p: p.total)
+        times = step_time(self.model, self.job, layout, self.gpu, self.links(layout), self.params, most.total,
+                          self._memo, most.experts)  # fmt: skip
+        self.cost_s += time.perf_counter() - started
+        return times
 
     def predict(self, layout: Layout) -> Prediction:
         return self.candidate(layout).prediction
@@ -161,21 +205,21 @@ class CostTable:
     def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
         """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
         recomputation and schedule of the same degrees and sharding (activations only add)."""
-        state = max(sum(stage_state_bytes(p, self.job, layout)) for p in stage_params_per_stage(self.model, layout))
+        per_stage = stage_params_per_stage(self.model, layout, self._memo)
+        state = max(sum(stage_state_bytes(p, self.job, layout)) for p in per_stage)
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
     def throughput_bound(self, group: LayoutGroup) -> float:
-        """An upper bound on the cluster tokens/s of every layout of the group: the step is at least the
-        compute, exposed TP/CP/EP time and bubble of its cheapest variant, each term of which recomputation and
-        the lack of sequence parallelism only raise (an exposed all-to-all that EP overlap hides under a longer
-        recomputed compute still leaves compute + exposed no shorter); sharding changes none of them; goodput only
-        lowers it."""
+        """An upper bound on the cluster tokens/s of every layout of the group: the `variant_bound` of its
+        cheapest variant, each term of which recomputation and the lack of sequence parallelism only raise (an
+        exposed all-to-all that EP overlap hides under a longer recomputed compute still leaves compute + exposed
+        no shorter; sharding changes none, but the optimizer step, which it only lowers); goodput only lowers the
+        throughput."""
         cheapest = group.cheapest_variant()
-        floor_s = step_floor_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params, self._memo)
-        return cheapest.global_batch * self.job.seq_len / floor_s
+        return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
     def evaluated_candidates(
-        self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None
+        self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None, clock: PhaseClock | None = None
     ) -> tuple[list[Candidate], int]:
         """Evaluate the layouts, skipping those proven unable to be in the top k without evaluating them:
         (1) the state alone overflows (it depends on tp, pp, dp x cp and sharding only); (2) a smaller
@@ -185,60 +229,79 @@ class CostTable:
         parallelism) are taken best `throughput_bound` first, and the walk stops once a group's bound falls
         below the k-th best feasible layout found (with a margin for the objective's integer rounding); the
         groups sharing tp, cp, micro-batch, ep and etp are bounded together first (`node_bound`, at least every
-        member's bound), and a node's groups are bounded one by one only when the node comes first.
-        Returns the evaluated candidates (some may not fit) and the number of legal layouts."""
+        member's bound), and a node's groups are bounded one by one only when the node comes first. Inside a
+        group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
+        of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
+        variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
+        stage alone overflows memory (`memory_floor_bytes`) is not evaluated. Returns the evaluated candidates
+        (some may not fit) and the number of legal layouts. `clock` gets the time spent walking the space
+        (enumeration), in the cost model (cost_tables) and the rest (reductions)."""
+        started = time.perf_counter()
+        cost_before_s = self.cost_s
         groups = list(groups)
+        enumerating_s = time.perf_counter() - started
         seen = sum(len(g) for g in groups)
         ordered = self._best_first(groups) if k is not None else ((math.inf, g) for g in groups)
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
         first_bound, ordered = _peek(ordered)
         margin = 2.0 * (first_bound if k is not None else 0.0) / THROUGHPUT_RESOLUTION
-        best_by_layout: dict[tuple[object, ...], float] = {}
+        kth = _KthBest(k)
         state_ok: dict[tuple[object, ...], bool] = {}
         overflow_mb: dict[tuple[object, ...], int] = {}
         out: list[Candidate] = []
         capacity_bytes = limits.memory_capacity_bytes
         capacity_mib = int(capacity_bytes // MIB)
-        kth, stale = -math.inf, True  # the k-th best feasible throughput; stale once a better one is found
         for bound, group in ordered:
-            if k is not None and len(best_by_layout) >= k:
-                if stale:
-                    kth, stale = heapq.nlargest(k, best_by_layout.values())[-1], False
-                if bound < kth - margin:
-                    break  # every remaining group is bounded below the k-th best: none can enter the top k
-            floors: dict[tuple[Recompute, bool], float] = {}  # sharding changes no term of the floor
-            for lay in group.layouts():
-                if k is not None and len(best_by_layout) >= k and lay.recompute != Recompute.none:
+            threshold = kth.value() - margin  # fixed for the group: it only rises, so an older one is safe
+            if bound < threshold:
+                break  # every remaining group is bounded below the k-th best: none can enter the top k
+            state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
+            for recompute, sp in group.variants():
+                if recompute != Recompute.none and threshold > -math.inf:
                     # a recomputing variant is bounded by its own step floor (the group's is its cheapest's)
-                    fkey = (lay.recompute, lay.sequence_parallel)
-                    own = floors.get(fkey)
-                    if own is None:
-                        floor_s = step_floor_s(self.model, self.job, lay, self.gpu, self.links(lay), self.params,
-                                               self._memo)  # fmt: skip
-                        own = floors[fkey] = lay.global_batch * self.job.seq_len / floor_s
-                    if own < kth - margin:
+                    probe = group.layout(group.shardings[0], recompute, sp)  # sharding changes no term of the floor
+                    started_s = time.perf_counter()
+                    floor_s = step_floor_s(self.model, self.job, probe, self.gpu, self.links(probe), self.params,
+                                           self._memo)  # fmt: skip
+                    self.cost_s += time.perf_counter() - started_s
+                    if probe.global_batch * self.job.seq_len / floor_s < threshold:
                         continue
-                skey = state_key(lay)
-                ok = state_ok.get(skey)
-                if ok is None:
-                    ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
-                if not ok:
-                    continue
-                # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
-                mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
-                if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
-                    continue
-                if memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo)) > capacity_mib:
-                    overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
-                    continue  # its first stage alone overflows: it cannot fit
-                cand = self.candidate(lay)
-                if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
-                    overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
-                elif passes_limits(cand, limits):
-                    ident = layout_identity(lay)
-                    best_by_layout[ident] = max(best_by_layout.get(ident, 0.0), cand.cluster_tokens_per_s)
-                    stale = stale or best_by_layout[ident] > kth
-                out.append(cand)
+                for sharding in sorted(group.shardings, key=_SHARDED_FIRST.__getitem__):  # the tighter bound first
+                    ok = state_by_sharding.get(sharding)
+                    if ok is False:
+                        continue
+                    listed = time.perf_counter()
+                    lay = group.layout(sharding, recompute, sp)
+                    enumerating_s += time.perf_counter() - listed
+                    if ok is None:
+                        skey = state_key(lay)
+                        ok = state_ok.get(skey)
+                        if ok is None:
+                            ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
+                        state_by_sharding[sharding] = ok
+                        if not ok:
+                            continue
+                    # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
+                    mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
+                    if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
+                        continue
+                    floor_mib = memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo))
+                    if floor_mib > capacity_mib:
+                        overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
+                        continue  # its first stage alone overflows: it cannot fit
+                    cand = self.candidate(lay)
+                    if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
+                        overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
+                    elif passes_limits(cand, limits):
+                        kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
+                    out.append(cand)
+                    if variant_bound(lay, cand.evaluation.times, self.job.seq_len) < threshold:
+                        break  # the variant's other shardings are bounded below the k-th best too
+        if clock is not None:
+            cost_s = self.cost_s - cost_before_s
+            clock.add("enumeration", enumerating_s)
+            clock.add("cost_tables", cost_s)
+            clock.add("reductions", time.perf_counter() - started - enumerating_s - cost_s)
         return out, seen
 
     def node_bound(self, members: list[LayoutGroup]) -> float:
@@ -281,6 +344,40 @@ def _peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[t
     return first[0], itertools.chain([first], it)
 
 
+def variant_bound(lay: Layout, t: TimeBreakdown, seq_len: int) -> float:
+    """An upper bound on the cluster tokens/s of every sharding of the layout's degrees, recomputation and
+    sequence parallelism, from its step time `t`: the step of each is at least the layout's compute, exposed
+    TP/CP/EP time, bubble, pipeline send/receive and fixed overhead (sharding changes none of them), plus its
+    optimizer step when the layout is sharded (any sharding divides it alike, and no sharding takes less)."""
+    floor_s = t.compute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.bubble_s + t.pp_comm_s + t.overhead_s
+    if lay.sharding != Sharding.none or lay.dp * lay.cp == 1:
+        floor_s += t.optimizer_s
+    return lay.global_batch * seq_len / floor_s
+
+
+class _KthBest:
+    """The k-th best cluster tokens/s over distinct layouts (each at its best accumulation) found so far;
+    -inf until k are found, or when there is no k (every layout is wanted)."""
+
+    def __init__(self, k: int | None) -> None:
+        self.k = k
+        self.best: dict[tuple[object, ...], float] = {}
+        self._value: float | None = -math.inf
+
+    def add(self, identity: tuple[object, ...], tokens_per_s: float) -> None:
+        if tokens_per_s > self.best.get(identity, -math.inf):
+            self.best[identity] = tokens_per_s
+            # a value at or below the k-th best leaves the top k as it was (its layout was not in it either)
+            if self._value is not None and (tokens_per_s > self._value or len(self.best) <= (self.k or 0)):
+                self._value = None
+
+    def value(self) -> float:
+        if self._value is None:
+            top = heapq.nlargest(self.k, self.best.values()) if self.k is not None else []
+            self._value = top[-1] if self.k is not None and len(top) >= self.k else -math.inf
+        return self._value
+
+
 @dataclass(frozen=True)
 class Limits:
     """Constraints applied in the model (bounds beyond those of the enumerated space)."""
@@ -293,7 +390,7 @@ class Limits:
 
 def passes_limits(candidate: Candidate, limits: Limits) -> bool:
     """The model's constraints checked on one candidate, in the model's own integer units."""
-    if memory_mib(candidate.evaluation.memory_per_gpu_bytes) > int(limits.memory_capacity_bytes // MIB):
+    if memory_mib(candidate.evaluation.memory_per_gpu_bytes) > capacity_mib(limits.memory_capacity_bytes):
         return False
     gb = candidate.layout.global_batch
     if limits.min_global_batch is not None and gb < limits.min_global_batch:

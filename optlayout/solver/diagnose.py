@@ -63,11 +63,9 @@ def _expert_pins_problem(model: ModelSpec, gpus: int, options: SpaceOptions) -> 
     return None
 
 
-def diagnose_no_fit(candidates: list[Candidate], capacity_bytes: float, gpus: int) -> str:
-    """Every legal layout overflows memory (or a limit): report the closest one and the shortfall."""
-    if not candidates:
-        return "no legal layout"
-    least = min(candidates, key=lambda c: c.evaluation.memory_per_gpu_bytes)
+def diagnose_no_fit(least: Candidate, capacity_bytes: float, gpus: int) -> str:
+    """Every legal layout overflows memory (or a limit): report the closest one, `least` (the legal layout
+    needing the least memory, the first of them in the space's order), and the shortfall."""
     mem = least.prediction.memory
     state = mem["weights_bytes"] + mem["gradients_bytes"] + mem["optimizer_bytes"]
     need = least.prediction.memory_per_gpu_bytes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,9 @@ def space_options(
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n in increasing order, in O(sqrt n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
@@ -152,16 +155,27 @@ class LayoutGroup:
     def __len__(self) -> int:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
 
-    def layouts(self) -> Iterator[Layout]:
+    def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
         # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat
+        return Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute,
+                                sequence_parallel=sequence_parallel)  # fmt: skip
+
+    def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
-            yield Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sp)
+            yield self.layout(sharding, recompute, sp)
+
+    def variants(self) -> Iterator[tuple[Recompute, bool]]:
+        """(recomputation, sequence parallelism) pairs: the layouts of one pair, one per sharding, share their
+        compute, exposed TP/CP time and bubble (sharding changes none of them)."""
+        return itertools.product(self.recomputes, self.sequence_parallel)
 
     def cheapest_variant(self) -> Layout:
-        """No recomputation, sequence-parallel elementwise work, no sharding: the variant whose compute,
-        exposed TP/CP time and bubble are the least of the group's (it may itself be excluded by a pin)."""
-        tp = self.degrees["tp"]
-        return Layout.unchecked(**self.degrees, sequence_parallel=tp is not None and tp > 1)
+        """No recomputation, sequence-parallel elementwise work and pipeline messages, the state sharded where
+        there is a data-parallel group: the variant whose compute, exposed TP/CP time, bubble, pipeline
+        send/receive and optimizer step are the least of the group's (it may itself be excluded by a pin)."""
+        tp, dp, cp = self.degrees["tp"], self.degrees["dp"], self.degrees["cp"]
+        sharded = dp is not None and cp is not None and dp * cp > 1
+        return self.layout(Sharding.fsdp if sharded else Sharding.none, Recompute.none, tp is not None and tp > 1)
 
 
 def enumerate_layouts(
@@ -227,9 +241,7 @@ def _groups(
         if not group_shardings:
             continue
         experts = expert_choices(model, tp * cp * dp, domain_size, options)
-        for mb in range(1, options.max_micro_batch + 1):
-            if mb * dp > hi or not _allowed(options, "micro_batch", mb):
-                continue
+        for mb in _micro_batches(options, dp, hi):
             for vp in vps:
                 if not _allowed(options, "vp", vp):
                     continue
@@ -243,6 +255,16 @@ def _groups(
                         yield LayoutGroup(degrees, group_shardings, recomputes, sps)
 
 
+def _micro_batches(options: SpaceOptions, dp: int, hi: int) -> list[int]:
+    """Micro-batches up to the search limit with mb x dp within the batch bound (a pin: only its value)."""
+    top = min(options.max_micro_batch, hi // dp)
+    pinned = options.pins.get("micro_batch")
+    if pinned is not None:
+        usable = isinstance(pinned, int) and pinned <= top and _allowed(options, "micro_batch", pinned)
+        return [pinned] if usable and isinstance(pinned, int) else []
+    return [mb for mb in range(1, top + 1) if _allowed(options, "micro_batch", mb)]
+
+
 def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: SpaceOptions) -> list[int]:
     """Accumulation steps putting the global batch in [lo, hi], with at least pp micro-batches (1F1B) and a
     multiple of pp when interleaved.
@@ -253,14 +275,19 @@ def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: Spa
     the tests use to check this reduction. Goodput keeps it exact: the effective time fraction does not
     depend on the accumulation (only on the degrees, sharding and stage split)."""
     first = max(-(-lo // per_step), pp if pp > 1 else 1)
-    values = [
-        ga
-        for ga in range(first, hi // per_step + 1)
-        if (vp == 1 or ga % pp == 0) and _allowed(options, "grad_accum", ga)
-    ]
-    if not values:
-        return []
+    last = hi // per_step
+
+    def legal(ga: int) -> bool:
+        return (vp == 1 or ga % pp == 0) and _allowed(options, "grad_accum", ga)
+
     if options.all_grad_accum:
-        return values
+        return [ga for ga in range(first, last + 1) if legal(ga)]
+    # the largest legal value, walking down (at most pp + the excluded values), never the whole range
+    pinned = options.pins.get("grad_accum")
+    top = min(last, pinned) if isinstance(pinned, int) else min(last, options.maxima.get("grad_accum", last))
+    largest = next((ga for ga in range(top, first - 1, -1) if legal(ga)), None)
+    if largest is None:
+        return []
     warmup_chunks = (pp - 1) * 2 + (vp - 1) * pp + 1
-    return [ga for ga in values[:-1] if vp > 1 and ga * vp < warmup_chunks] + [values[-1]]
+    below = range(first, min(largest, -(-warmup_chunks // vp))) if vp > 1 else range(0)
+    return [ga for ga in below if legal(ga)] + [largest]

@@ -253,6 +253,8 @@ class Topology:
         for g in picks:
             b, l_ = self._group((g // stride) * span + g % stride + offsets)
             bw, lat = min(bw, b), max(lat, l_)
+        if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
+            raise InputError(f"topology: groups of {size} GPUs {stride} apart have no usable link (bandwidth {bw:g})")
         return bw, lat
 
     def dim_all_to_all_bandwidth_Bps(self, size: int, stride: int) -> float:
