@@ -256,10 +256,14 @@ class CostTable:
             if bound < threshold:
                 break  # every remaining group is bounded below the k-th best: none can enter the top k
             state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
-            for recompute, sp in group.variants():
+            unrecomputed: dict[bool, float] = {}  # per sequence parallelism: the evaluated recompute=none bound
+            for recompute, sp in group.variants():  # recompute=none first
                 if recompute != Recompute.none and threshold > -math.inf:
-                    # a recomputing variant is bounded by its own step floor (the group's is its cheapest's)
-                    probe = group.layout(group.shardings[0], recompute, sp)  # sharding changes no term of the floor
+                    # a recomputing variant is bounded by the same variant without recomputation (each term only
+                    # rises), then by its own step floor
+                    if unrecomputed.get(sp, math.inf) < threshold:
+                        continue
+                    probe = group.layout(group.shardings[0], recompute, sp)  # sharding changes no floor term
                     started_s = time.perf_counter()
                     floor_s = step_floor_s(self.model, self.job, probe, self.gpu, self.links(probe), self.params,
                                            self._memo)  # fmt: skip
@@ -295,7 +299,10 @@ class CostTable:
                     elif passes_limits(cand, limits):
                         kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
                     out.append(cand)
-                    if variant_bound(lay, cand.evaluation.times, self.job.seq_len) < threshold:
+                    variant_tps = variant_bound(lay, cand.evaluation.times, self.job.seq_len)
+                    if recompute == Recompute.none:
+                        unrecomputed[sp] = min(variant_tps, unrecomputed.get(sp, math.inf))
+                    if variant_tps < threshold:
                         break  # the variant's other shardings are bounded below the k-th best too
         if clock is not None:
             cost_s = self.cost_s - cost_before_s
