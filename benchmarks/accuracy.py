@@ -86,6 +86,27 @@ def _published_fields(record: RunRecord) -> dict[str, object]:
     return {k: v for k, v in record.layout.known().items() if k not in ("sharding", "recompute")}
 
 
+def _same_setup_floor(records: list[RunRecord]) -> tuple[float, int]:
+    """The least MAPE any prediction from model, cluster, job and published layout alone can reach: runs sharing
+    all of them (other releases of the same recipe) get one value each, the one minimizing their APE (the
+    median of the measured tokens/s weighted by 1/measured). Returns that MAPE and the number of such setups."""
+    setups: dict[tuple[object, ...], list[float]] = defaultdict(list)
+    for rec in records:
+        setups[(rec.group_key, tuple(sorted(rec.layout.known().items())))].append(rec.measured.tokens_per_s_per_gpu)
+    apes = []
+    for measured in setups.values():
+        ranked = sorted(measured)
+        weights = [1 / m for m in ranked]
+        acc, best = 0.0, ranked[-1]
+        for m, w in zip(ranked, weights, strict=True):
+            acc += w
+            if acc >= sum(weights) / 2:
+                best = m
+                break
+        apes += [abs(best - m) / m for m in measured]
+    return statistics.mean(apes), len(setups)
+
+
 def _recipe_agreement(records: list[RunRecord], params_for) -> tuple[list[str], list[float], int, int]:
     """Each Megatron-Bridge group (model, system, job): is the published layout in the solver's top 10, and how
     much faster the solver claims its pick is than the published layout (both predicted by the same model)."""
@@ -161,7 +182,13 @@ def moe_main(path: str, write: bool) -> int:
                      f"| {cv['per_model'][model]:.1%} | {ins['per_model'][model]:.1%} |")  # fmt: skip
     lines.append(f"| all | {len(records)} | {report['uncalibrated']['mape']:.1%} | {cv['mape']:.1%} "
                  f"| {ins['mape']:.1%} |")  # fmt: skip
+    floor, setups = _same_setup_floor(records)
     lines += ["", f"Fitted on all MoE runs: {fitted} (not shipped: see the reading below).", "",
+              f"What the data allow: the {len(records)} runs are {setups} setups (model, cluster, job, published "
+              "layout), most measured in several container releases; the release moves the same setup by up to "
+              f"2.9x (Qwen3-30B-A3B on 8 B200, MXFP8: 9,299 tok/s/GPU in 25.11, 26,695 in 26.02.01). One value per "
+              f"setup, the best possible, still has a MAPE of {floor:.1%}: no layout-only prediction does better.",
+              "",
               "Sourced MoE constants, by model and by system:", "",
               *_moe_table("model", by_model, signed), "", *_moe_table("model, GPU, precision", by_hw, signed_hw), ""]
     worst = sorted(preds, key=lambda p: -p.ape)[:8]
@@ -175,6 +202,23 @@ def moe_main(path: str, write: bool) -> int:
     lines += ["", "Published Megatron-Bridge layouts against the solver's top 10 (one row per model, system, job and "
               f"published layout; sourced MoE constants): {inside} of {total} in the top 10, median claimed gain "
               f"{statistics.median(gains):+.1%}.", "", *table]  # fmt: skip
+    lines += ["", "Reading (targets of issue 14: leave-one-model-out MAPE <= 12%; the published layouts in the top 10 "
+              "for most setups, median claimed gain <= 5%): both missed. Out of sample the error is "
+              f"{cv['mape']:.1%} with the MoE constants fitted on the other two models and "
+              f"{report['uncalibrated']['mape']:.1%} with their sourced defaults; the data's own floor is "
+              f"{floor:.1%}. The miss is one of physics, not of fitting: Grok-1 (8 wide experts, top-2) is predicted "
+              f"within {statistics.mean(by_model['Grok-1 314B']):.1%}, while the fine-grained models run slower than "
+              "the model says on every system (mean signed error "
+              f"{statistics.mean(signed['GPT-OSS 120B']):+.1%} for GPT-OSS 120B, "
+              f"{statistics.mean(signed['Qwen3-30B-A3B']):+.1%} for Qwen3-30B-A3B). The gap is large per token "
+              "(GPT-OSS on 64 GB200, BF16: about 13 ms per layer per micro-batch of 16K tokens), far above kernel "
+              "launch latencies; unmodelled candidates, none verified: GPT-OSS's attention sinks and "
+              "clamped SwiGLU outside the fused kernels, expert biases in the grouped GEMM, router and permutation "
+              "kernels slower than their bytes. The two MoE constants cannot close it: a fit pulls them towards "
+              "Grok-1 (half the runs) and its held-out error is worse than the defaults', so the shipped "
+              "calibration keeps the sourced values. Because the model misprices the very layouts Megatron-Bridge "
+              "publishes (expert parallelism over the whole NVLink domain, no pipeline), its top 10 prefers others; the claimed gains "
+              "above inherit that bias and are not evidence that the published recipes are slow."]  # fmt: skip
     publish("accuracy-moe", "Prediction accuracy on the published mixture-of-experts runs", "\n".join(lines), write)
     return 0
 
