@@ -183,14 +183,22 @@ def moe_main(path: str, write: bool) -> int:
     lines.append(f"| all | {len(records)} | {report['uncalibrated']['mape']:.1%} | {cv['mape']:.1%} "
                  f"| {ins['mape']:.1%} |")  # fmt: skip
     floor, setups = _same_setup_floor(records)
-    lines += ["", f"Fitted on all MoE runs: {fitted} (not shipped: see the reading below).", "",
-              f"What the data allow: the {len(records)} runs are {setups} setups (model, cluster, job, published "
-              "layout), most measured in several container releases; the release moves the same setup by up to "
-              f"2.9x (Qwen3-30B-A3B on 8 B200, MXFP8: 9,299 tok/s/GPU in 25.11, 26,695 in 26.02.01). One value per "
-              f"setup, the best possible, still has a MAPE of {floor:.1%}: no layout-only prediction does better.",
-              "",
-              "Sourced MoE constants, by model and by system:", "",
-              *_moe_table("model", by_model, signed), "", *_moe_table("model, GPU, precision", by_hw, signed_hw), ""]
+    lines += [
+        "",
+        f"Fitted on all MoE runs: {fitted} (not shipped: see the reading below).",
+        "",
+        f"What the data allow: the {len(records)} runs are {setups} setups (model, cluster, job, published "
+        "layout), most measured in several container releases; the release moves the same setup by up to "
+        f"2.9x (Qwen3-30B-A3B on 8 B200, MXFP8: 9,299 tok/s/GPU in 25.11, 26,695 in 26.02.01). One value per "
+        f"setup, the best possible, still has a MAPE of {floor:.1%}: no layout-only prediction does better.",
+        "",
+        "Sourced MoE constants, by model and by system:",
+        "",
+        *_moe_table("model", by_model, signed),
+        "",
+        *_moe_table("model, GPU, precision", by_hw, signed_hw),
+        "",
+    ]
     worst = sorted(preds, key=lambda p: -p.ape)[:8]
     lines += ["Worst runs:", "", "| run | measured tok/s/GPU | predicted | APE | layout used | filled |",
               "|---|---:|---:|---:|---|---|"]  # fmt: skip
@@ -217,8 +225,9 @@ def moe_main(path: str, write: bool) -> int:
               "kernels slower than their bytes. The two MoE constants cannot close it: a fit pulls them towards "
               "Grok-1 (half the runs) and its held-out error is worse than the defaults', so the shipped "
               "calibration keeps the sourced values. Because the model misprices the very layouts Megatron-Bridge "
-              "publishes (expert parallelism over the whole NVLink domain, no pipeline), its top 10 prefers others; the claimed gains "
-              "above inherit that bias and are not evidence that the published recipes are slow."]  # fmt: skip
+              "publishes (expert parallelism over the whole NVLink domain, no pipeline), its top 10 prefers "
+              "others; the claimed gains above inherit that bias and are not evidence that the published recipes "
+              "are slow."]  # fmt: skip
     publish("accuracy-moe", "Prediction accuracy on the published mixture-of-experts runs", "\n".join(lines), write)
     return 0
 

@@ -3,9 +3,10 @@ Megatron-LM checkout, which is not in this repository, nor in the pip package, w
 
 Reproduce:  python benchmarks/megatron_lm_args.py --megatron-lm PATH [--sample 40] [--write]
 PATH is a Megatron-LM checkout (or its git directory: `megatron/` of HEAD is exported to a temporary folder),
-run in the `launchers` extra's environment (torch, triton, megatron-core's dependencies). Two shims, both
+run in the `launchers` extra's environment (torch, triton, megatron-core's dependencies). Three shims, all
 outside Megatron-LM: `typing.override` on Python 3.11 (Megatron-LM main needs 3.12 for that decorator only),
-and `get_device_arch_version() = 9` (validate_args asks the GPU; this answers as an H100).
+and `get_device_arch_version() = 9`, `torch.cuda.get_device_capability() = (9, 0)` (validate_args asks the GPU;
+this answers as an H100).
 
 For the test plans (tests/launcher_plans.py) and a random sample of every model's legal layouts that
 `megatron_args` emits, Megatron must accept the flags and its parsed arguments must carry the plan: the
@@ -34,13 +35,15 @@ sys.path.insert(0, str(ROOT))
 
 from optlayout.emit import megatron_args  # noqa: E402
 from optlayout.errors import OptlayoutError  # noqa: E402
+from optlayout.layout import parse_layout  # noqa: E402
 from optlayout.presets import model_preset  # noqa: E402
 from optlayout.solver.space import SpaceOptions, enumerate_layouts  # noqa: E402
 from optlayout.specs import JobSpec  # noqa: E402
-from tests.launcher_plans import PLANS  # noqa: E402
+from tests.launcher_plans import MOE_PLANS, PLANS  # noqa: E402
 
 MODELS = (("llama3.1-8b", 8192, 64), ("llama3.1-70b", 8192, 256), ("llama3.1-405b", 8192, 2048),
-          ("gpt3-175b", 2048, 1024), ("qwen2.5-72b", 4096, 512))  # fmt: skip
+          ("gpt3-175b", 2048, 1024), ("qwen2.5-72b", 4096, 512), ("qwen3-30b-a3b", 4096, 64),
+          ("deepseek-v3", 4096, 256), ("mixtral-8x7b", 4096, 64))  # fmt: skip
 
 
 def megatron_source(path: Path) -> Path:
@@ -62,11 +65,16 @@ def load_parser(source: Path):
     import megatron.training.arguments as arguments
 
     arguments.get_device_arch_version = lambda: 9
+    import torch
+
+    torch.cuda.get_device_capability = lambda *_: (9, 0)  # --moe-grouped-gemm asks for compute capability >= 8
     return arguments
 
 
 def cases(sample: int, seed: int) -> list[tuple[str, object, JobSpec, object]]:
     out = [(p.name, p.spec, p.job, p.lay) for p in PLANS if "megatron" not in p.refused]
+    for plan in MOE_PLANS:
+        out.append((f"{plan.model} {plan.layout}", model_preset(plan.model), plan.job, parse_layout(plan.layout)))
     rng = random.Random(seed)
     for name, seq, gpus in MODELS:
         model, job = model_preset(name), JobSpec(seq_len=seq, global_batch=gpus // 2 if gpus > 64 else 128)
@@ -118,6 +126,27 @@ def check(arguments, model, job, layout) -> list[str]:
         want["use_rope_scaling"] = model.rope_scaling is not None
     if "--pipeline-model-parallel-layout" not in args:
         want["virtual_pipeline_model_parallel_size"] = layout.vp if layout.vp > 1 else None
+    if model.moe is not None:
+        freq = parsed.moe_layer_freq
+        want |= {
+            "num_experts": model.moe.experts,
+            "moe_router_topk": model.moe.top_k,
+            "moe_ffn_hidden_size": model.moe.expert_ffn,
+            "expert_model_parallel_size": layout.ep,
+            "expert_tensor_parallel_size": layout.etp,
+            "moe_grouped_gemm": True,
+            "moe_shared_expert_intermediate_size": model.moe.shared_experts * model.moe.shared_width or None,
+        }
+        is_moe = [i % freq == 0 for i in range(model.layers)] if isinstance(freq, int) else [bool(f) for f in freq]
+        if is_moe != list(model.moe_layer_flags):
+            return [f"moe_layer_freq={freq!r} (plan {model.moe_layer_flags})"]
+    if model.attention.kind == "mla":
+        att = model.attention
+        want |= {"multi_latent_attention": True, "q_lora_rank": att.q_lora_rank, "kv_lora_rank": att.kv_lora_rank,
+                 "qk_head_dim": att.qk_head_dim, "qk_pos_emb_head_dim": att.qk_rope_head_dim,
+                 "v_head_dim": att.v_head_dim}  # fmt: skip
+    if model.mtp_layers:
+        want["mtp_num_layers"] = model.mtp_layers
     return [f"{k}={getattr(parsed, k, None)!r} (plan {v!r})" for k, v in want.items() if getattr(parsed, k, None) != v]
 
 
@@ -147,12 +176,15 @@ def main() -> None:
     import torch
 
     lines = [
-        f"Megatron-LM {commit}, `parse_args` + `validate_args` on CPU (shims: typing.override, GPU arch 9); "
+        f"Megatron-LM {commit}, `parse_args` + `validate_args` on CPU (shims: typing.override, GPU arch 9, "
+        "capability 9.0); "
         f"`python benchmarks/megatron_lm_args.py --megatron-lm PATH --sample {opts.sample} --seed {opts.seed}`; "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
         "",
-        f"- {len(todo)} emitted flag sets ({len(PLANS)} test plans less those Megatron refuses by rule, and "
-        f"{opts.sample} random emitted layouts of each of {', '.join(m for m, _, _ in MODELS)})",
+        f"- {len(todo)} emitted flag sets ({len(PLANS)} test plans less those Megatron refuses by rule, "
+        f"{len(MOE_PLANS)} mixture-of-experts plans, and {opts.sample} random emitted layouts of each of "
+        f"{', '.join(m for m, _, _ in MODELS)}; MoE runs also check experts, top-k, widths, the layer pattern, "
+        "ep/etp, MLA ranks and MTP)",
         f"- accepted with every checked value equal to the plan: {accepted}",
         f"- accepted with a value differing from the plan: {len(mismatched)}",
         f"- refused by Megatron: {len(refused)}",

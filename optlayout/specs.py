@@ -304,15 +304,16 @@ class ModelSpec(_Spec):
         """For each layer (0-based), whether it attends through a sliding window."""
         return self.attention.sliding_flags(self.layers)
 
-    def beyond_dense(self, seq_len: int | None = None) -> list[str]:
-        """What this shape has that the dense-transformer memory and step-time model and the launchers do not
-        handle yet (empty: nothing). A sliding window counts when shorter than `seq_len` (None: always)."""
+    def beyond_dense(self, seq_len: int | None = None, allow: frozenset[str] = frozenset()) -> list[str]:
+        """What this shape has that a dense-transformer code path (a launcher) does not handle (empty: nothing);
+        `allow` names what the caller handles: "moe", "mla", "mtp". A sliding window counts when shorter than
+        `seq_len` (None: always)."""
         found = []
-        if self.moe is not None:
+        if self.moe is not None and "moe" not in allow:
             found.append("expert parallelism (mixture-of-experts layers)")
-        if self.attention.kind == "mla":
+        if self.attention.kind == "mla" and "mla" not in allow:
             found.append("multi-latent attention")
-        if self.mtp_layers:
+        if self.mtp_layers and "mtp" not in allow:
             found.append("multi-token prediction")
         window = self.attention.sliding_window
         if window is not None and (seq_len is None or window < seq_len):
@@ -320,9 +321,9 @@ class ModelSpec(_Spec):
             found.append(f"sliding-window attention (window {window}{shorter})")
         return found
 
-    def require_dense(self, what: str, seq_len: int | None = None) -> None:
-        """Refuse, in one line naming `what`, a shape the dense code paths would silently mis-price."""
-        found = self.beyond_dense(seq_len)
+    def require_dense(self, what: str, seq_len: int | None = None, allow: frozenset[str] = frozenset()) -> None:
+        """Refuse, in one line naming `what`, a shape the dense code paths would silently mishandle."""
+        found = self.beyond_dense(seq_len, allow)
         if found:
             raise UnsupportedError(f"{what}: {self.name}: not yet supported: {', '.join(found)}")
 
@@ -459,4 +460,3 @@ class JobSpec(_Spec):
         if self.global_batch_tokens is not None:
             return self.global_batch_tokens // self.seq_len
         return None
-

@@ -115,3 +115,27 @@ def emit_for(plan: Plan, launcher: str) -> str:
     fmt, _, version = launcher.partition("@")
     options = {"torchtitan_version": version} if version else {}
     return emit(fmt, plan.spec, plan.job, plan.lay, 8, hostnames=plan.hostnames, **options)
+
+
+@dataclass(frozen=True)
+class MoePlan:
+    """A mixture-of-experts plan for the Megatron flags (the other launchers refuse MoE); the batch is the layout's."""
+
+    model: str
+    layout: str
+    seq_len: int = 4096
+
+    @property
+    def job(self) -> JobSpec:
+        lay = parse_layout(self.layout)
+        return JobSpec(seq_len=self.seq_len, global_batch=lay.micro_batch * lay.grad_accum * lay.dp)
+
+
+MOE_PLANS = [
+    MoePlan("qwen3-30b-a3b", "dp=16,ep=16,ga=64"),  # Megatron-Bridge's H100 recipe (26.04)
+    MoePlan("deepseek-v3", "pp=16,vp=2,dp=16,ep=16,ga=16,first=3,last=2"),  # uneven into vp: a layout string
+    MoePlan("deepseek-v3", "tp=2,pp=8,dp=16,ep=32,ga=16,first=7,last=6,sp"),  # MTP on the last stage by default
+    MoePlan("mixtral-8x7b", "tp=2,dp=8,ep=4,etp=2,ga=8,sp"),  # expert TP folded inside attention TP x DP
+    MoePlan("llama4-maverick", "tp=8,dp=2,ep=16,ga=8,sp"),  # top-1, shared expert, every other layer MoE
+    MoePlan("grok-1", "tp=4,pp=2,dp=2,ep=2,etp=4,ga=8,sp"),  # dgxc-benchmarking's Grok-1 degrees, smaller
+]

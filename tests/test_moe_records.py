@@ -86,7 +86,7 @@ def test_compare_reads_moe_records(cli) -> None:
     assert (grok["layout"]["ep"], grok["layout"]["etp"]) == (8, 4)  # published degrees kept
 
 
-def test_solve_and_estimate_price_moe_and_emit_refuses_in_one_line(cli) -> None:
+def test_solve_and_estimate_price_moe_and_emit_refuses_sliding_windows_in_one_line(cli) -> None:
     solve = cli("solve", "--model", "qwen3-30b-a3b", "--cluster", "gpu=h100-sxm,gpus=16", "--seq-len", "4096",
                 "--global-batch", "1024", "--json")  # fmt: skip
     assert solve.returncode == 0, solve.stderr
@@ -98,7 +98,7 @@ def test_solve_and_estimate_price_moe_and_emit_refuses_in_one_line(cli) -> None:
     assert json.loads(estimate.stdout)["prediction"]["time"]["ep_comm_s"] > 0
     emitted = cli("emit", "-f", "megatron", "--model", "gpt-oss-120b", "--layout", "tp=1,dp=8,ep=8", "--seq-len",
                   "4096")  # fmt: skip
-    _one_line_error(emitted, "emit: GPT-OSS 120B", "expert parallelism", "sliding-window attention (window 128)")
+    _one_line_error(emitted, "emit megatron: GPT-OSS 120B", "sliding-window attention (window 128 < sequence 4096)")
 
 
 def test_the_library_prices_and_the_launchers_refuse() -> None:

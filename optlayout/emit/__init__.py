@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from optlayout.emit._checks import global_batch, node_count
 from optlayout.emit.accelerate import accelerate_config, accelerate_notes, accelerate_yaml
 from optlayout.emit.deepspeed import deepspeed_config, deepspeed_json, deepspeed_notes
-from optlayout.emit.megatron import FsdpImpl, megatron_args, megatron_notes, megatron_problems, megatron_text
+from optlayout.emit.megatron import (
+    MEGATRON_MODEL_FEATURES,
+    FsdpImpl,
+    megatron_args,
+    megatron_notes,
+    megatron_problems,
+    megatron_text,
+)
 from optlayout.emit.megatron_bridge import bridge_notes, bridge_overrides, bridge_text
 from optlayout.emit.mesh import MESH_ORDER, build_device_mesh, emit_mesh, mesh_code, mesh_dims, mesh_groups
 from optlayout.emit.ranks import (
@@ -126,7 +133,7 @@ def emit(
     key = _format(fmt, overrides, torchtitan_version)
     if key in ("megatron", "ranks"):
         check_costed_order(layout, order)
-    model.require_dense("emit")
+    model.require_dense(f"emit {key}", job.seq_len, MEGATRON_MODEL_FEATURES if key == "megatron" else frozenset())
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if key == "megatron-bridge":

@@ -14,6 +14,7 @@ when an uneven stage does not divide into vp chunks, as `--pipeline-model-parall
 
 from __future__ import annotations
 
+import shlex
 from typing import Literal
 
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
@@ -24,6 +25,7 @@ from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 FsdpImpl = Literal["megatron", "torch"]
+MEGATRON_MODEL_FEATURES = frozenset({"moe", "mla", "mtp"})  # what `ModelSpec.beyond_dense` lists that this emits
 _SHARDING_STRATEGY = {Sharding.zero2: "optim_grads", Sharding.fsdp: "optim_grads_params"}
 
 
@@ -90,7 +92,33 @@ def megatron_problems(
         )
     _pipeline_problems(model, layout, problems)
     _sharding_problems(model, job, layout, order, fsdp_impl, problems)
+    _moe_problems(model, job, layout, problems)
     return problems
+
+
+def _moe_problems(model: ModelSpec, job: JobSpec, layout: Layout, problems: list[str]) -> None:
+    """Megatron's rules tying experts, MLA and MTP to the layout (moe.md 1.3, each with its source line)."""
+    moe, ep, etp = model.moe, layout.ep, layout.etp
+    if moe is None:
+        _rule(problems, ep == etp == 1, "expert parallelism needs --num-experts (arguments.py L1654)", f"ep={ep}")
+        return
+    _rule(problems, moe.experts % ep == 0, "num_experts % expert_model_parallel_size == 0 (arguments.py L1654-1658)",
+          f"{moe.experts} experts, ep={ep}")  # fmt: skip
+    _rule(problems, moe.expert_ffn % etp == 0, "moe_ffn_hidden_size % expert_tensor_parallel_size == 0",
+          f"expert width {moe.expert_ffn}, etp={etp}")  # fmt: skip
+    _rule(problems, layout.tp == 1 or layout.sequence_parallel,
+          "MoE with tensor_model_parallel_size > 1 needs --sequence-parallel (moe_layer.py L636-640)",
+          f"tp={layout.tp} without sp")  # fmt: skip
+    _rule(problems, not model.bias or etp == 1, "Bias in Moe is only supported when ETP==1 (transformer_config.py)",
+          f"etp={etp} with expert biases")  # fmt: skip
+    if job.moe_dispatcher == "flex":
+        _rule(problems, etp * ep > 1, "the flex token dispatcher needs expert_tensor_parallel_size x "
+              "expert_model_parallel_size > 1 (token_dispatcher.py)", f"etp={etp}, ep={ep}")  # fmt: skip
+    if job.moe_ep_overlap:
+        rule = ("--overlap-moe-expert-parallel-comm needs ep > 1, vp > 1 when pp > 1, no full recomputation, at most "
+                "one MTP layer (transformer_config.py L3002-3046)")  # fmt: skip
+        ok = ep > 1 and (layout.pp == 1 or layout.vp > 1) and layout.recompute != Recompute.full
+        _rule(problems, ok and model.mtp_layers <= 1, rule, format_layout(layout))
 
 
 def _rule(problems: list[str], ok: bool, name: str, detail: str) -> None:
@@ -137,12 +165,13 @@ def _pipeline_problems(model: ModelSpec, layout: Layout, problems: list[str]) ->
     )
 
 
-def pipeline_layout_string(counts: list[int], vp: int) -> str:
+def pipeline_layout_string(counts: list[int], vp: int, mtp_layers: int = 0) -> str:
     """Megatron's `--pipeline-model-parallel-layout`: the virtual stages in model order separated by `|`,
-    `E` the embedding, `t` a transformer layer, `L` the loss; e.g. Llama 3 405B on pp 16 with vp 8 is
-    `E|t|t|...|t|L` (128 stages, 126 layers)."""
+    `E` the embedding, `t` a transformer layer, `m` a multi-token-prediction module (in the last stage, where the
+    cost model places them), `L` the loss; e.g. Llama 3 405B on pp 16 with vp 8 is `E|t|t|...|t|L` (128 stages,
+    126 layers)."""
     stages = ["t" * n for n in chunk_layer_counts(counts, vp)]
-    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "m" * mtp_layers + "L"
     return "|".join(stages)
 
 
@@ -191,7 +220,7 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
     counts = stage_layers(model, layout, "megatron")
     uneven = len(set(counts)) > 1
     if uneven and vp > 1 and any(n % vp for n in counts):
-        flags.append(("--pipeline-model-parallel-layout", pipeline_layout_string(counts, vp)))
+        flags.append(("--pipeline-model-parallel-layout", pipeline_layout_string(counts, vp, model.mtp_layers)))
     else:
         if vp > 1:
             flags.append(
@@ -223,6 +252,7 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
         ("--max-position-embeddings", str(model.position_embeddings or job.seq_len)),
     ]
     flags += _model_flags(model)
+    flags += _moe_flags(model, job, layout)
     dropout = "0.1" if job.dropout else "0.0"  # Megatron's default is 0.1; the memory model counts masks only if on
     flags += [("--attention-dropout", dropout), ("--hidden-dropout", dropout)]
     precision: dict[str, list[tuple[str, ...]]] = {
@@ -230,6 +260,63 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
     }  # fmt: skip
     flags += precision[job.precision]
     flags += _gradient_flags(job)
+    return flags
+
+
+def moe_layer_freq(flags: tuple[bool, ...]) -> str:
+    """Megatron's `--moe-layer-freq` for a layer pattern: `1` when every layer is MoE, else the Python list
+    expression arguments.py evaluates, in runs (DeepSeek-V3: `([0]*3+[1]*58)`; Llama 4 Maverick: `([0,1]*24)`)."""
+    if all(flags):
+        return "1"
+    runs: list[tuple[int, int]] = []
+    for flag in map(int, flags):
+        if runs and runs[-1][0] == flag:
+            runs[-1] = (flag, runs[-1][1] + 1)
+        else:
+            runs.append((flag, 1))
+    if len(runs) > 2 and len({n for _, n in runs}) == 1 and runs[0][0] == 0 and len(runs) % 2 == 0:
+        period = [0] * runs[0][1] + [1] * runs[1][1]
+        return f"({period}*{len(runs) // 2})".replace(" ", "")
+    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
+
+
+def _moe_flags(model: ModelSpec, job: JobSpec, layout: Layout) -> list[tuple[str, ...]]:
+    """Experts and their degrees, multi-latent attention and multi-token prediction (moe.md 1.2): the grouped
+    GEMM and the token dispatcher the cost model prices; forced load balance when the job is a balanced benchmark."""
+    flags: list[tuple[str, ...]] = []
+    moe = model.moe
+    if moe is not None:
+        flags += [
+            ("--num-experts", str(moe.experts)),
+            ("--moe-router-topk", str(moe.top_k)),
+            ("--moe-ffn-hidden-size", str(moe.expert_ffn)),
+            ("--moe-layer-freq", moe_layer_freq(model.moe_layer_flags)),
+            ("--expert-model-parallel-size", str(layout.ep)),
+            ("--expert-tensor-parallel-size", str(layout.etp)),
+            ("--moe-grouped-gemm",),
+            ("--moe-token-dispatcher-type", job.moe_dispatcher),
+        ]
+        if moe.shared_experts:
+            flags.append(("--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_width)))
+        if moe.top_k == 1:
+            flags.append(("--moe-router-pre-softmax",))  # transformer_config.py: required with top-1 softmax
+        if job.moe_routing == "balanced":
+            flags.append(("--moe-router-force-load-balancing",))
+        if job.moe_ep_overlap:
+            flags.append(("--overlap-moe-expert-parallel-comm",))
+    att = model.attention
+    if att.kind == "mla":
+        flags.append(("--multi-latent-attention",))
+        if att.q_lora_rank is not None:
+            flags.append(("--q-lora-rank", str(att.q_lora_rank)))
+        flags += [
+            ("--kv-lora-rank", str(att.kv_lora_rank)),
+            ("--qk-head-dim", str(att.qk_head_dim)),
+            ("--qk-pos-emb-head-dim", str(att.qk_rope_head_dim)),
+            ("--v-head-dim", str(att.v_head_dim)),
+        ]
+    if model.mtp_layers:
+        flags.append(("--mtp-num-layers", str(model.mtp_layers)))
     return flags
 
 
@@ -274,9 +361,10 @@ def _model_flags(model: ModelSpec) -> list[tuple[str, ...]]:
         ("--ffn-hidden-size", str(model.ffn)),
         ("--num-attention-heads", str(model.heads)),
     ]
-    if model.head_dim is not None and model.head_dim * model.heads != model.hidden:
+    gqa = model.attention.kind == "gqa"  # MLA and --group-query-attention exclude each other (arguments.py)
+    if gqa and model.head_dim is not None and model.head_dim * model.heads != model.hidden:
         flags.append(("--kv-channels", str(model.head_dim)))
-    if model.kv_heads != model.heads:
+    if gqa and model.kv_heads != model.heads:
         flags += [("--group-query-attention",), ("--num-query-groups", str(model.kv_heads))]
     flags += {"swiglu": [("--swiglu",)], "relu2": [("--squared-relu",)], "gelu": []}[model.mlp]
     if not model.bias:
@@ -304,8 +392,8 @@ def megatron_text(
     substitution is split at white space and never unquoted, so no comment, `\\` continuation or quote may
     appear, and no token holds white space or a glob character (checked). The launch command and environment
     are `megatron_notes`."""
-    args = megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
-    unsafe = [t for t in args if not t or any(c.isspace() or c in "*?[]'\"\\$`" for c in t)]
+    args, _ = _file_and_command_args(megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl))
+    unsafe = [t for t in args if not t or any(c.isspace() or c in _GLOB_OR_QUOTE for c in t)]
     if unsafe:
         raise UnsupportedError(f"megatron: {unsafe[0]!r} cannot pass through $(cat file) unquoted")
     groups: list[list[str]] = []
@@ -315,6 +403,19 @@ def megatron_text(
         else:
             groups[-1].append(token)
     return "\n".join(" ".join(g) for g in groups) + "\n"
+
+
+_GLOB_OR_QUOTE = "*?[]'\"\\$`"
+
+
+def _file_and_command_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """The flags for the file, and those the launch command passes quoted: a `--moe-layer-freq` list expression
+    (`([0]*3+[1]*58)`) holds glob characters, which `$(cat file)` would expand."""
+    if "--moe-layer-freq" in args:
+        i = args.index("--moe-layer-freq")
+        if any(c in _GLOB_OR_QUOTE for c in args[i + 1]):
+            return args[:i] + args[i + 2 :], args[i : i + 2]
+    return args, []
 
 
 def megatron_notes(
@@ -327,7 +428,8 @@ def megatron_notes(
     fsdp_impl: FsdpImpl = "megatron",
 ) -> list[str]:
     """What goes around the flags: the plan, the launch command, the environment and what the flags assume."""
-    megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
+    _, quoted = _file_and_command_args(megatron_args(model, job, layout, gpus_per_node, order=order,
+                                                     fsdp_impl=fsdp_impl))  # fmt: skip
     nodes, per_node = node_count(layout, gpus_per_node, "megatron")
     fsdp = layout.sharding in (Sharding.zero2, Sharding.fsdp)
     env = (
@@ -341,8 +443,8 @@ def megatron_notes(
         "(checked at d98e8a64) / megatron-core 0.16",
         f"world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; rank order {order}",
         f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
-        "--master-addr $MASTER_ADDR --master-port 6000 pretrain_gpt.py $(cat megatron_flags.txt) <data, tokenizer, "
-        "optimizer and checkpoint flags>",
+        "--master-addr $MASTER_ADDR --master-port 6000 pretrain_gpt.py $(cat megatron_flags.txt) "
+        f"{shlex.join(quoted) + ' ' if quoted else ''}<data, tokenizer, optimizer and checkpoint flags>",
         f"env: {env}",
         f"memory as planned: {grads} gradient buffers, dropout {'0.1' if job.dropout else 'off'}, "
         f"recompute {layout.recompute.value}, no offloading",

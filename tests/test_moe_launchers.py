@@ -1,0 +1,195 @@
+"""Megatron flags for mixture-of-experts, multi-latent-attention and multi-token-prediction plans, read back by
+megatron-core 0.16's own config classes (TransformerConfig / MLATransformerConfig and their __post_init__ rules,
+the pipeline layout parser) and checked against Megatron's argument rules (moe.md 1.2-1.4); the expert rank
+grid against megatron-core's RankGenerator."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from optlayout.emit import emit, emit_notes, megatron_problems
+from optlayout.emit.megatron import megatron_args, moe_layer_freq
+from optlayout.errors import UnsupportedError
+from optlayout.layout import parse_layout
+from optlayout.layout.ranks import expert_grid, grid
+from optlayout.layout.stages import chunk_layer_counts, stage_layer_counts
+from optlayout.presets import model_preset
+from optlayout.specs import JobSpec
+from tests.conftest import require
+from tests.launcher_plans import MOE_PLANS, MoePlan
+
+PLANS = MOE_PLANS
+IDS = [f"{p.model}-{p.layout}" for p in PLANS]
+
+
+def _args(plan: MoePlan) -> list[str]:
+    """The flags file read back as `$(cat file)` would split it, then the arguments the launch command adds."""
+    model, lay = model_preset(plan.model), parse_layout(plan.layout)
+    text = emit("megatron", model, plan.job, lay)
+    command = next(n for n in emit_notes("megatron", model, plan.job, lay) if n.startswith("torchrun"))
+    quoted = shlex.split(command.split("$(cat megatron_flags.txt)", 1)[1].split("<", 1)[0])
+    return text.split() + quoted
+
+
+def _values(args: list[str]) -> dict[str, list[str]]:
+    flags: dict[str, list[str]] = {}
+    for token in args:
+        if token.startswith("--"):
+            key = token
+            flags[key] = []
+        else:
+            flags[key].append(token)
+    return flags
+
+
+def test_moe_layer_freq_is_the_list_expression_megatron_evaluates() -> None:
+    deepseek, maverick = model_preset("deepseek-v3"), model_preset("llama4-maverick")
+    assert moe_layer_freq(deepseek.moe_layer_flags) == "([0]*3+[1]*58)"  # Megatron's own DeepSeek-R1.sh example
+    assert moe_layer_freq(maverick.moe_layer_flags) == "([0,1]*24)"
+    assert moe_layer_freq(model_preset("qwen3-30b-a3b").moe_layer_flags) == "1"
+    for model in (deepseek, maverick):  # arguments.py's moe_freq_type evaluates the string as a Python list
+        assert [bool(f) for f in eval(moe_layer_freq(model.moe_layer_flags))] == list(model.moe_layer_flags)
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=IDS)
+def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
+    torch = require("torch")
+    tc = require("megatron.core.transformer.transformer_config")
+    model, lay = model_preset(plan.model), parse_layout(plan.layout)
+    flags = _values(_args(plan))
+    one = {k: v[0] for k, v in flags.items() if v}
+    fields = set(tc.MLATransformerConfig.__dataclass_fields__)
+    handwritten = {"--num-experts": "num_moe_experts", "--moe-layer-freq": "moe_layer_freq"}  # arguments.py
+    moe_flags = [f for f in flags if f.startswith(("--moe", "--expert", "--num-experts", "--mtp", "--q-lora",
+                                                   "--kv-lora", "--qk-", "--v-head", "--multi-latent"))]  # fmt: skip
+    for flag in moe_flags:  # every one a megatron-core field (argument_utils derives the flag from it) or mapped
+        assert flag in handwritten or flag[2:].replace("-", "_") in fields, flag
+    kw: dict[str, object] = {
+        "num_layers": int(one["--num-layers"]),
+        "hidden_size": int(one["--hidden-size"]),
+        "ffn_hidden_size": int(one["--ffn-hidden-size"]),
+        "num_attention_heads": int(one["--num-attention-heads"]),
+        "num_query_groups": int(one.get("--num-query-groups", one["--num-attention-heads"])),
+        "tensor_model_parallel_size": lay.tp,
+        "pipeline_model_parallel_size": lay.pp,
+        "sequence_parallel": "--sequence-parallel" in flags,
+        "pipeline_model_parallel_layout": one.get("--pipeline-model-parallel-layout"),
+        "num_layers_in_first_pipeline_stage": int(one.get("--decoder-first-pipeline-num-layers", 0)) or None,
+        "num_layers_in_last_pipeline_stage": int(one.get("--decoder-last-pipeline-num-layers", 0)) or None,
+        "add_bias_linear": "--disable-bias-linear" not in flags,
+        "gated_linear_unit": "--swiglu" in flags,
+        "normalization": one.get("--normalization", "LayerNorm"),
+        "bf16": True,
+        "params_dtype": torch.bfloat16,
+        "pipeline_dtype": torch.bfloat16,
+        "num_moe_experts": int(one["--num-experts"]),
+        "moe_layer_freq": eval(one["--moe-layer-freq"]),  # arguments.py's moe_freq_type evaluates it
+        "moe_router_topk": int(one["--moe-router-topk"]),
+        "moe_ffn_hidden_size": int(one["--moe-ffn-hidden-size"]),
+        "moe_shared_expert_intermediate_size": int(one.get("--moe-shared-expert-intermediate-size", 0)) or None,
+        "expert_model_parallel_size": int(one["--expert-model-parallel-size"]),
+        "expert_tensor_parallel_size": int(one["--expert-tensor-parallel-size"]),
+        "moe_grouped_gemm": "--moe-grouped-gemm" in flags,
+        "moe_token_dispatcher_type": one["--moe-token-dispatcher-type"],
+        "moe_router_pre_softmax": "--moe-router-pre-softmax" in flags,
+        "mtp_num_layers": int(one.get("--mtp-num-layers", 0)) or None,
+    }
+    if lay.vp > 1 and "--pipeline-model-parallel-layout" not in one:
+        kw["virtual_pipeline_model_parallel_size"] = lay.vp
+    mla = "--multi-latent-attention" in flags
+    if mla:
+        ranks = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+        kw |= {"multi_latent_attention": True} | {f: int(one["--" + f.replace("_", "-")]) for f in ranks}
+        assert "--group-query-attention" not in flags  # arguments.py: MLA and GQA exclude each other
+    config = (tc.MLATransformerConfig if mla else tc.TransformerConfig)(**kw)  # __post_init__: its own rules
+    moe = model.moe
+    assert moe is not None
+    assert (config.num_moe_experts, config.moe_router_topk, config.moe_ffn_hidden_size) == (
+        moe.experts, moe.top_k, moe.expert_ffn)  # fmt: skip
+    freq = config.moe_layer_freq  # training.py: layer i is MoE iff i % N == 0, or the list's flag
+    is_moe = [i % freq == 0 for i in range(model.layers)] if isinstance(freq, int) else [bool(f) for f in freq]
+    assert is_moe == list(model.moe_layer_flags)
+    assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (lay.ep, lay.etp)
+    assert (config.moe_shared_expert_intermediate_size or 0) == moe.shared_experts * moe.shared_width
+    assert moe.experts % config.expert_model_parallel_size == 0  # arguments.py L1654-1658
+    assert lay.tp == 1 or config.sequence_parallel  # moe_layer.py L636-640
+    if model.mtp_layers:
+        assert config.mtp_num_layers == model.mtp_layers
+    if config.pipeline_model_parallel_layout is not None:  # megatron-core parsed it: layers and MTP as planned
+        stages = config.pipeline_model_parallel_layout.layout  # [pp rank][virtual chunk] -> layer types
+        order = [stages[s % lay.pp][s // lay.pp] for s in range(lay.pp * lay.vp)]
+        decoders = [sum(t.name == "decoder" for t in chunk) for chunk in order]
+        counts = stage_layer_counts(model.layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers)
+        assert decoders == chunk_layer_counts(counts, lay.vp)
+        assert sum(t.name == "mtp" for t in order[-1]) == model.mtp_layers  # in the last stage
+
+
+@pytest.mark.parametrize(
+    ("model", "layout", "job", "rule"),
+    [
+        ("qwen3-30b-a3b", "dp=12,ep=3,ga=4", {}, "num_experts % expert_model_parallel_size == 0"),
+        ("mixtral-8x7b", "tp=2,dp=4,ep=4,ga=8", {}, "needs --sequence-parallel"),
+        ("gpt-oss-120b", "tp=2,dp=4,ep=4,etp=2,ga=8,sp", {}, "Bias in Moe is only supported when ETP==1"),
+        ("qwen3-30b-a3b", "dp=8,ga=8", {"moe_dispatcher": "flex"}, "the flex token dispatcher needs"),
+        ("qwen3-30b-a3b", "pp=2,dp=4,ep=4,ga=8", {"moe_ep_overlap": True}, "--overlap-moe-expert-parallel-comm"),
+        ("llama3.1-8b", "dp=8,ep=2,ga=8", {}, "expert parallelism needs --num-experts"),
+    ],
+)
+def test_megatron_moe_rules_are_named(model: str, layout: str, job: dict, rule: str) -> None:
+    lay = parse_layout(layout)
+    spec = JobSpec(seq_len=4096, global_batch=lay.micro_batch * lay.grad_accum * lay.dp, **job)
+    problems = megatron_problems(model_preset(model), spec, lay)
+    assert any(rule in p for p in problems), problems
+    with pytest.raises(UnsupportedError, match=rule.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+        megatron_args(model_preset(model), spec, lay)
+
+
+def test_the_other_launchers_still_refuse_moe_in_one_line() -> None:
+    plan = PLANS[0]
+    model, lay = model_preset(plan.model), parse_layout(plan.layout)
+    for fmt in ("megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh", "ranks"):
+        with pytest.raises(UnsupportedError, match=f"emit {fmt}: Qwen3-30B-A3B: not yet supported: expert paral"):
+            emit(fmt, model, plan.job, lay)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "tp=2,cp=2,dp=2,pp=2,ep=8,sp",
+        "tp=2,cp=2,dp=2,pp=2,ep=4,etp=2,sp",
+        "tp=4,dp=4,pp=2,ep=2,etp=2,sp",
+        "tp=8,dp=8,pp=4,ep=32,sp",
+        "dp=64,ep=16",
+    ],
+)
+def test_expert_grid_is_megatron_cores_rank_generator(layout: str) -> None:
+    ps = require("megatron.core.parallel_state")
+    lay = parse_layout(layout)
+    order = "tp-cp-ep-dp-pp"  # parallel_state.initialize_model_parallel's default
+    experts = ps.RankGenerator(tp=lay.etp, ep=lay.ep, dp=lay.edp, pp=lay.pp, cp=1, order=order)
+    dense = ps.RankGenerator(tp=lay.tp, ep=1, dp=lay.dp, pp=lay.pp, cp=lay.cp, order=order)
+    ours, ours_dense = expert_grid(lay), grid(lay)
+    for token, dims in (("tp", "tp"), ("ep", "ep"), ("dp", "dp"), ("pp", "pp"), ("tp-ep", ("tp", "ep")),
+                        ("tp-ep-pp", ("tp", "ep", "pp"))):  # fmt: skip
+        assert ours.groups(dims) == experts.get_ranks(token), token
+    for token in ("tp", "cp", "dp", "pp"):
+        assert ours_dense.groups(token) == dense.get_ranks(token), token
+    assert ours.groups("pp") == ours_dense.groups("pp")  # parallel_state.py L904-907: the same PP groups
+
+
+def test_the_jobs_moe_choices_become_megatron_core_fields() -> None:
+    tc = require("megatron.core.transformer.transformer_config")
+    torch = require("torch")
+    model, lay = model_preset("qwen3-30b-a3b"), parse_layout("dp=8,ep=8,ga=8")
+    job = JobSpec(seq_len=4096, global_batch=64, moe_routing="balanced", moe_dispatcher="flex", moe_ep_overlap=True)
+    args = megatron_args(model, job, lay)
+    flags = {a[2:].replace("-", "_") for a in args if a.startswith("--")}
+    assert {"moe_router_force_load_balancing", "overlap_moe_expert_parallel_comm"} <= flags
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
+    tc.TransformerConfig(num_layers=model.layers, hidden_size=model.hidden, num_attention_heads=model.heads,
+                         num_moe_experts=model.moe.experts, moe_router_topk=model.moe.top_k, add_bias_linear=False,
+                         moe_ffn_hidden_size=model.moe.expert_ffn, expert_model_parallel_size=8, bf16=True,
+                         params_dtype=torch.bfloat16, moe_token_dispatcher_type="flex",
+                         moe_router_force_load_balancing=True)  # fmt: skip
