@@ -332,6 +332,16 @@ def test_log_counts_of_thousands_of_digits_are_refused() -> None:
             "line 20 (step 99999999999999999...): step: expected an integer")  # fmt: skip
 
 
+def test_log_arguments_that_are_not_ascii_counts_are_refused() -> None:
+    from optlayout.runs.logs import megatron_facts
+
+    meg = (FIXTURES / "runs" / "megatron_llama31_8b.log").read_text()
+    assert "global_batch_size ............................... 128" in meg
+    bad = meg.replace("global_batch_size ............................... 128",
+                      "global_batch_size ............................... 1\u00b2")  # fmt: skip
+    refused(lambda: megatron_facts(bad), "a Megatron argument: expected an integer, got '1\u00b2'")
+
+
 # ---------------------------------------------------------------------------------------------- traces
 
 

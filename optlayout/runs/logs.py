@@ -517,7 +517,8 @@ def _dump(text: str) -> tuple[dict[str, str], int | None]:
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    """An integer argument of the dump, None when unset (`str.isdigit` would also take a superscript '²')."""
+    return None if value is None or value == "None" else _count(value, "a Megatron argument")
 
 
 def _true(value: str | None) -> bool:
