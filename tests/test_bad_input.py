@@ -332,6 +332,41 @@ def test_log_counts_of_thousands_of_digits_are_refused() -> None:
             "line 20 (step 99999999999999999...): step: expected an integer")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "fragment"),
+    [
+        ("global batch size 8,", "global batch size " + "9" * 5000 + ",", "the trainer-init line: expected an integer"),
+        ("dim=4096, ", "", "the model-args line lacks dim"),
+        ("n_heads=32,", "n_heads=3x2,", "the model-args line: n_heads: expected an integer, got '3x2'"),
+    ],
+)
+def test_torchtitan_log_facts_are_counts_or_refused(old: str, new: str, fragment: str) -> None:
+    from optlayout.runs.logs import torchtitan_facts
+
+    titan = (FIXTURES / "runs" / "torchtitan_llama31_8b.log").read_text()
+    assert old in titan
+    refused(lambda: torchtitan_facts(titan.replace(old, new, 1)), fragment)
+
+
+def test_torchtitan_config_echo_values_are_checked() -> None:
+    from optlayout.runs.logs import torchtitan_facts
+
+    echo = '[rank0]:[titan] - root - INFO - Running with args: {"parallelism": {"tensor_parallel_degree": "2"}}'
+    refused(lambda: torchtitan_facts(echo), "the config echo's parallelism.tensor_parallel_degree is not a count")
+    echo = '[rank0]:[titan] - root - INFO - Running with args: {"model": {"converters": [3]}}'
+    refused(lambda: torchtitan_facts(echo), "model.converters is not a list of names")
+
+
+def test_log_arguments_that_are_not_ascii_counts_are_refused() -> None:
+    from optlayout.runs.logs import megatron_facts
+
+    meg = (FIXTURES / "runs" / "megatron_llama31_8b.log").read_text()
+    assert "global_batch_size ............................... 128" in meg
+    bad = meg.replace("global_batch_size ............................... 128",
+                      "global_batch_size ............................... 1\u00b2")  # fmt: skip
+    refused(lambda: megatron_facts(bad), "a Megatron argument: expected an integer, got '1\u00b2'")
+
+
 # ---------------------------------------------------------------------------------------------- traces
 
 

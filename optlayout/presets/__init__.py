@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
 from optlayout.errors import InputError, UnsupportedError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.readers import GPU_FILE, MODEL_CONFIG
+from optlayout.inputs.yaml_doc import parse_yaml
 from optlayout.presets.hf_config import check_hf_config
 from optlayout.specs import GpuSpec, ModelSpec
 
@@ -31,7 +31,7 @@ GPU_FIELDS = ("arch", "memory_gib", "peak_tflops", "hbm_tbytes_per_s", "scale_up
 
 @cache
 def _shipped_gpus() -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "gpus.yaml").read_text())
+    table: dict[str, dict[str, Any]] = parse_yaml((_HERE / "gpus.yaml").read_text(), "presets gpus.yaml")
     return table
 
 
@@ -54,7 +54,7 @@ def _gpu_table() -> dict[str, dict[str, Any]]:
 
 @cache
 def _model_table() -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "models.yaml").read_text())
+    table: dict[str, dict[str, Any]] = parse_yaml((_HERE / "models.yaml").read_text(), "presets models.yaml")
     return table
 
 

@@ -466,6 +466,7 @@ def append_run(record: RunRecord, path: str | Path) -> None:
 # ---------------------------------------------------------------- what a log states about its run
 
 _MEGATRON_DUMP = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([a-z][a-z0-9_]*) \.{2,} (.*?)\s*$")
+MAX_ECHOED_COUNT = 2**31
 _MEGATRON_VOCAB = re.compile(r"padded vocab \(size: (\d+)\) with \d+ dummy tokens")
 _TITAN_INIT = re.compile(
     r"local batch size (\d+), global batch size (\d+), gradient accumulation steps (\d+), sequence length (\d+)"
@@ -512,12 +513,13 @@ def _dump(text: str) -> tuple[dict[str, str], int | None]:
                 args.setdefault(match.group(1), match.group(2))
         found = _MEGATRON_VOCAB.search(line)
         if found and vocab is None:
-            vocab = int(found.group(1))
+            vocab = _count(found.group(1), "the padded-vocab line")
     return args, vocab
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    """An integer argument of the dump, None when unset (`str.isdigit` would also take a superscript '²')."""
+    return None if value is None or value == "None" else _count(value, "a Megatron argument")
 
 
 def _true(value: str | None) -> bool:
@@ -598,9 +600,9 @@ def _titan_echo(lines: list[str]) -> dict[str, Any] | None:
             depth += part.count("{") - part.count("}")
             if depth <= 0:
                 break
-        try:
-            echo = json.loads("\n".join(out))
-        except json.JSONDecodeError:
+        try:  # an echo cut short (or not JSON) is not read; `read` then does not list it
+            echo = parse_json("\n".join(out), "log: the config echo")
+        except InputError:
             return None
         return echo if isinstance(echo, dict) else None
     return None
@@ -614,6 +616,41 @@ def _llama_ffn(dim: int, multiple_of: int, multiplier: float | None) -> int:
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+@dataclass(frozen=True)
+class _TitanArgs:
+    """The fields of torchtitan's `TransformerModelArgs(...)` line, each read as its type or refused naming it."""
+
+    fields: dict[str, str]
+
+    def _text(self, key: str) -> str | None:
+        value = self.fields.get(key)
+        return None if value is None or value.strip() == "None" else value
+
+    def count(self, key: str, default: int | None = None) -> int:
+        value = self._text(key)
+        if value is None:
+            if default is None:
+                raise InputError(f"log: the model-args line lacks {key}")
+            return default
+        return _count(value, f"the model-args line: {key}")
+
+    def number(self, key: str, default: float | None = None) -> float | None:
+        value = self._text(key)
+        return default if value is None else _number(value, f"log: the model-args line: {key}")
+
+
+def _echo_section(echo: dict[str, Any], name: str) -> dict[str, Any]:
+    """One section of torchtitan's config echo, its integer values checked (a degree, a batch, a length)."""
+    section = echo.get(name) or {}
+    if not isinstance(section, dict):
+        raise InputError(f"log: the config echo's {name} is not an object")
+    for key, value in section.items():
+        counted = key.endswith(("_degree", "_size", "seq_len")) and value is not None
+        if counted and (isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_ECHOED_COUNT):
+            raise InputError(f"log: the config echo's {name}.{key} is not a count ({_short(repr(value))})")
+    return section
+
+
 def torchtitan_facts(text: str) -> LogFacts:
     """Sequence length, batch, mesh, model shape, recompute and float8 from a torchtitan log (its trainer-init
     line, device-mesh line, model-args line, and the config echo when printed)."""
@@ -623,11 +660,11 @@ def torchtitan_facts(text: str) -> LogFacts:
     local = None
     for line in lines:
         if (found := _TITAN_INIT.search(line)) and facts.seq_len is None:
-            local, facts.global_batch, _, facts.seq_len = (int(g) for g in found.groups())
+            local, facts.global_batch, _, facts.seq_len = (_count(g, "the trainer-init line") for g in found.groups())
             facts.said("the trainer-init line")
         elif (found := _TITAN_MESH.search(line)) and "mesh" not in (facts.read or []):
             names = [n.strip(" '\"") for n in found.group(1).split(",") if n.strip()]
-            sizes = [int(s) for s in found.group(2).split(",") if s.strip()]
+            sizes = [_count(s, "the device-mesh line") for s in found.group(2).split(",") if s.strip()]
             degrees = dict(zip(names, sizes, strict=False))
             facts.gpus = math.prod(sizes)
             replicate, shard = degrees.get("dp_replicate", 1), degrees.get("dp_shard", 1)
@@ -636,20 +673,16 @@ def torchtitan_facts(text: str) -> LogFacts:
             layout["sharding"] = "none" if shard == 1 else ("zero2" if layout["pp"] > 1 else "fsdp")
             facts.said("mesh")
         elif (found := _TITAN_ARGS.search(line)) and facts.model is None:
-            fields = dict(re.findall(r"(\w+)=([^,()]+)", found.group(1)))
-            dim, heads = int(fields["dim"]), int(fields["n_heads"])
-            multiplier = fields.get("ffn_dim_multiplier", "None")
-            kv = fields.get("n_kv_heads", "None")
+            args = _TitanArgs(dict(re.findall(r"(\w+)=([^,()]+)", found.group(1))))
+            dim, heads = args.count("dim"), args.count("n_heads")
             facts.model = {
-                "layers": int(fields["n_layers"]),
+                "layers": args.count("n_layers"),
                 "hidden": dim,
-                "ffn": _llama_ffn(
-                    dim, int(fields.get("multiple_of", 256)), None if multiplier == "None" else float(multiplier)
-                ),
+                "ffn": _llama_ffn(dim, args.count("multiple_of", 256), args.number("ffn_dim_multiplier")),
                 "heads": heads,
-                "kv_heads": int(kv) if kv != "None" else heads,
-                "vocab": int(fields["vocab_size"]),
-                "rope_theta": float(fields.get("rope_theta", 10000)),
+                "kv_heads": args.count("n_kv_heads", heads),
+                "vocab": args.count("vocab_size"),
+                "rope_theta": args.number("rope_theta", 10000.0),
             }
             facts.said("the model-args line")
         elif found := _TITAN_AC.search(line):
@@ -660,7 +693,7 @@ def torchtitan_facts(text: str) -> LogFacts:
         facts.read = [r if r != "mesh" else "the device-mesh line" for r in facts.read]
     echo = _titan_echo(lines)
     if echo:
-        par, train = echo.get("parallelism", {}), echo.get("training", {})
+        par, train = _echo_section(echo, "parallelism"), _echo_section(echo, "training")
         facts.seq_len = facts.seq_len or train.get("seq_len")
         facts.global_batch = facts.global_batch if facts.global_batch else train.get("global_batch_size")
         local = local or train.get("local_batch_size")
@@ -669,10 +702,12 @@ def torchtitan_facts(text: str) -> LogFacts:
             layout.setdefault(key, par.get(name))
         if layout.get("pp", 1) and layout.get("pp", 1) > 1:
             layout["micro_batch"] = par.get("pipeline_parallel_microbatch_size", 1)
-        mode = (echo.get("activation_checkpoint") or {}).get("mode")
+        mode = _echo_section(echo, "activation_checkpoint").get("mode")
         if mode in ("none", "selective", "full"):
             layout.setdefault("recompute", mode)
-        converters = (echo.get("model") or {}).get("converters") or []
+        converters = _echo_section(echo, "model").get("converters") or []
+        if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+            raise InputError("log: the config echo's model.converters is not a list of names")
         if any("float8" in c for c in converters):
             facts.precision = "fp8"
         facts.said("the config echo")
