@@ -176,7 +176,7 @@ def test_layer_freq_follows_megatron() -> None:
     assert maverick == (False, True) * 24 and model_preset("llama4-maverick").dense_layer_count == 24
 
 
-@pytest.mark.parametrize("text", ["__import__('os')", "[0]*x", "[[1]]", "[1]+2", "[0, 1"])
+@pytest.mark.parametrize("text", ["__import__('os')", "[0]*x", "[[1]]", "[1]+2", "[0, 1", "[0]*10000000000000"])
 def test_layer_freq_text_other_than_a_0_1_list_expression_is_refused(text: str) -> None:
     with pytest.raises(pydantic.ValidationError, match="layer_freq"):
         MoeSpec(experts=8, top_k=2, expert_ffn=4, layer_freq=text)

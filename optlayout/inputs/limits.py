@@ -34,6 +34,7 @@ MAX_HIDDEN = 2**20  # published: 25,600 (Megatron GPT 1T)
 MAX_FFN = 2**22
 MAX_HEADS = 2**14  # published: 160 (Megatron GPT 1T)
 MAX_HEAD_DIM = 2**14
+MAX_EXPERTS = 2**16  # routed experts per MoE layer; published: 384 (Kimi K2)
 MAX_VOCAB = 2**24  # published: 256,000 (Gemma)
 MAX_POSITIONS = 2**24
 MAX_SEQ_LEN = 2**24  # 16.8M tokens; published: 10M (Llama 4 Scout)

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from optlayout.inputs.limits import MAX_HEAD_DIM, MAX_HIDDEN, MAX_SEQ_LEN
+from optlayout.inputs.numbers import Count
 
 MLA_FIELDS = ("kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
 
@@ -22,12 +25,18 @@ class AttentionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["gqa", "mla"] = Field("gqa", description="gqa: grouped-query (MHA/MQA too); mla: multi-latent")
-    q_lora_rank: PositiveInt | None = Field(None, description="MLA query compression rank; None: no compression")
-    kv_lora_rank: PositiveInt | None = Field(None, description="MLA key/value latent rank")
-    qk_head_dim: PositiveInt | None = Field(None, description="MLA per-head query/key size without the rotary part")
-    qk_rope_head_dim: PositiveInt | None = Field(None, description="MLA per-head rotary query/key size")
-    v_head_dim: PositiveInt | None = Field(None, description="MLA per-head value size")
-    sliding_window: PositiveInt | None = Field(None, description="keys a query sees (itself included) when windowed")
+    q_lora_rank: Count | None = Field(
+        None, le=MAX_HIDDEN, description="MLA query compression rank; None: no compression"
+    )
+    kv_lora_rank: Count | None = Field(None, le=MAX_HIDDEN, description="MLA key/value latent rank")
+    qk_head_dim: Count | None = Field(
+        None, le=MAX_HEAD_DIM, description="MLA per-head query/key size without the rotary part"
+    )
+    qk_rope_head_dim: Count | None = Field(None, le=MAX_HEAD_DIM, description="MLA per-head rotary query/key size")
+    v_head_dim: Count | None = Field(None, le=MAX_HEAD_DIM, description="MLA per-head value size")
+    sliding_window: Count | None = Field(
+        None, le=MAX_SEQ_LEN, description="keys a query sees (itself included) when windowed"
+    )
     sliding_window_layers: Literal["all", "every other"] | tuple[Literal[0, 1], ...] = Field(
         "all", description="which layers are windowed: all, every other (0, 2, 4, ... as GPT-OSS), or a 0/1 flag each"
     )

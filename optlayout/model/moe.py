@@ -9,9 +9,12 @@ flag per layer, e.g. DeepSeek-V3's `[0]*3+[1]*58`. `dense_layers` is the record 
 from __future__ import annotations
 
 import ast
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from optlayout.inputs.limits import MAX_EXPERTS, MAX_FFN, MAX_LAYERS
+from optlayout.inputs.numbers import Count, NonNegativeCount
 
 LayerFlags = tuple[Literal[0, 1], ...]
 
@@ -23,6 +26,12 @@ def parse_layer_freq(text: str) -> int | tuple[int, ...]:
     except (SyntaxError, ValueError) as exc:
         raise ValueError(f"{text!r} is not an integer or a list expression of 0/1 like [0]*3+[1]*58 ({exc})") from None
     return tuple(value) if isinstance(value, list) else value
+
+
+def _check_length(length: int) -> None:
+    """Refuse more flags than any model has layers (`MAX_LAYERS`): `[0]*10000000000` is refused, not built."""
+    if length > MAX_LAYERS:
+        raise ValueError(f"{length} layer flags, more than {MAX_LAYERS}")
 
 
 def _evaluate(node: ast.AST) -> int | list[int]:
@@ -37,9 +46,14 @@ def _evaluate(node: ast.AST) -> int | list[int]:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
         left, right = _evaluate(node.left), _evaluate(node.right)
         if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+            _check_length(len(left) + len(right))
             return left + right
-        if isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
-            return left * right  # type: ignore[operator]  # one list, one int
+        if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int):
+            _check_length(len(left) * right)  # before the list is built
+            return left * right
+        if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list):
+            _check_length(left * len(right))
+            return left * right
     raise ValueError(f"unsupported {type(node).__name__}")
 
 
@@ -48,13 +62,17 @@ class MoeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    experts: PositiveInt = Field(description="routed experts per MoE layer")
-    top_k: PositiveInt = Field(description="routed experts each token is sent to")
-    expert_ffn: PositiveInt = Field(description="FFN width of one routed expert")
-    shared_experts: NonNegativeInt = Field(0, description="experts every token goes through (DeepSeek, Llama 4)")
-    shared_expert_ffn: PositiveInt | None = Field(None, description="FFN width of one shared expert (expert_ffn)")
-    dense_layers: NonNegativeInt = Field(0, description="the first layers keep a dense FFN of width `ffn`")
-    layer_freq: PositiveInt | LayerFlags = Field(
+    experts: Count = Field(le=MAX_EXPERTS, description="routed experts per MoE layer")
+    top_k: Count = Field(le=MAX_EXPERTS, description="routed experts each token is sent to")
+    expert_ffn: Count = Field(le=MAX_FFN, description="FFN width of one routed expert")
+    shared_experts: NonNegativeCount = Field(
+        0, le=MAX_EXPERTS, description="experts every token goes through (DeepSeek, Llama 4)"
+    )
+    shared_expert_ffn: Count | None = Field(None, le=MAX_FFN, description="FFN width of one shared expert (expert_ffn)")
+    dense_layers: NonNegativeCount = Field(
+        0, le=MAX_LAYERS, description="the first layers keep a dense FFN of width `ffn`"
+    )
+    layer_freq: Annotated[Count, Field(le=MAX_LAYERS)] | Annotated[LayerFlags, Field(max_length=MAX_LAYERS)] = Field(
         1, description="Megatron --moe-layer-freq: N (layer i is MoE when i % N == 0) or one 0/1 flag per layer"
     )
     router_bias: bool | None = Field(
