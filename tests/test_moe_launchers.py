@@ -5,6 +5,7 @@ grid against megatron-core's RankGenerator."""
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
@@ -149,7 +150,7 @@ def test_megatron_moe_rules_are_named(model: str, layout: str, job: dict, rule: 
 def test_the_other_launchers_still_refuse_moe_in_one_line() -> None:
     plan = PLANS[0]
     model, lay = model_preset(plan.model), parse_layout(plan.layout)
-    for fmt in ("megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh", "ranks"):
+    for fmt in ("megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh"):
         with pytest.raises(UnsupportedError, match=f"emit {fmt}: Qwen3-30B-A3B: not yet supported: expert paral"):
             emit(fmt, model, plan.job, lay)
 
@@ -193,3 +194,13 @@ def test_the_jobs_moe_choices_become_megatron_core_fields() -> None:
                          moe_ffn_hidden_size=model.moe.expert_ffn, expert_model_parallel_size=8, bf16=True,
                          params_dtype=torch.bfloat16, moe_token_dispatcher_type="flex",
                          moe_router_force_load_balancing=True)  # fmt: skip
+
+
+def test_the_rank_map_lists_the_expert_groups_megatron_builds() -> None:
+    ps = require("megatron.core.parallel_state")
+    model, lay = model_preset("qwen3-30b-a3b"), parse_layout("tp=2,dp=8,ep=4,etp=2,ga=8,sp")
+    text = emit("ranks", model, JobSpec(seq_len=4096, global_batch=64), lay)
+    experts = ps.RankGenerator(tp=lay.etp, ep=lay.ep, dp=lay.edp, pp=lay.pp, cp=1, order="tp-cp-ep-dp-pp")
+    for token in ("tp", "ep", "dp", "tp-ep"):
+        block = text.split(f"# expert {token} groups\n", 1)[1].split("#", 1)[0]
+        assert [json.loads(line) for line in block.splitlines()] == experts.get_ranks(token), token

@@ -99,6 +99,9 @@ __all__ = [
 ]
 
 
+RANKS_MODEL_FEATURES = frozenset({"moe", "mla", "mtp"})  # the rank map shows the expert grid; MLA/MTP move no rank
+
+
 def _format(fmt: str, overrides: bool, torchtitan_version: str) -> str:
     key = fmt.strip().lower()
     if key not in FORMATS:
@@ -133,7 +136,8 @@ def emit(
     key = _format(fmt, overrides, torchtitan_version)
     if key in ("megatron", "ranks"):
         check_costed_order(layout, order)
-    model.require_dense(f"emit {key}", job.seq_len, MEGATRON_MODEL_FEATURES if key == "megatron" else frozenset())
+    handled = {"megatron": MEGATRON_MODEL_FEATURES, "ranks": RANKS_MODEL_FEATURES}.get(key, frozenset())
+    model.require_dense(f"emit {key}", job.seq_len, handled)
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if key == "megatron-bridge":
@@ -152,7 +156,8 @@ def emit(
         return emit_mesh(model, job, layout, gpus_per_node)
     global_batch(job, layout, "ranks")
     node_count(layout, gpus_per_node, "ranks")
-    return render_ranks(rank_map(layout, gpus_per_node, order, hostnames))
+    experts = rank_map(layout, gpus_per_node, order, hostnames, expert=True) if model.moe is not None else None
+    return render_ranks(rank_map(layout, gpus_per_node, order, hostnames), experts)
 
 
 def emit_notes(

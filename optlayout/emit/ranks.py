@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import Protocol, runtime_checkable
 
 from optlayout.errors import InputError
@@ -101,8 +102,9 @@ def env_lines(rank_map: RankMap) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(rank_map: RankMap) -> str:
-    """Human- and grep-friendly rank map: table, groups, hostfile, environment and launch hints."""
+def render(rank_map: RankMap, experts: RankMap | None = None) -> str:
+    """Human- and grep-friendly rank map: table, groups, hostfile, environment and launch hints; with `experts`
+    (an MoE layout's expert grid over the same ranks), its expert-TP, EP and expert-DP groups too."""
     sizes = " ".join(f"{t}={rank_map.sizes[t]}" for t in rank_map.tokens)
     out = [
         f"# rank map, order {rank_map.order} (first token fastest); sizes {sizes}",
@@ -116,6 +118,13 @@ def render(rank_map: RankMap) -> str:
         if rank_map.sizes[dims] > 1:
             out.append(f"# {dims} groups")
             out += [json.dumps(g) for g in rank_map.groups(dims)]
+    if experts is not None:
+        sizes = " ".join(f"{t}={experts.sizes[t]}" for t in experts.tokens)
+        out.append(f"# expert grid, order {experts.order} (tp: expert-TP, dp: expert-DP); sizes {sizes}")
+        for dims in (*experts.grid_dims, "tp-ep"):
+            if prod(experts.sizes[d] for d in dims.split("-")) > 1:
+                out.append(f"# expert {dims} groups")
+                out += [json.dumps(g) for g in experts.groups(dims)]
     bad = check_tp_in_domain(rank_map, rank_map.local_world_size)
     out.append(f"# TP groups inside one node: {'yes' if not bad else 'NO, ' + str(bad[0])}")
     out.append("# hostfile (DeepSpeed/MPI)")
