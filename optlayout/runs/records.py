@@ -121,7 +121,7 @@ class RunRecord(BaseModel):
         """The MoE token dispatcher the run used, and why it was assumed (None when stated or not an MoE run)."""
         if self.job.moe_dispatcher is not None or self.model.moe is None:
             return self.job.moe_dispatcher or "alltoall", None
-        if getattr(self, "framework", None) == "megatron-bridge" and self.cluster.gpu in BRIDGE_FLEX_GPUS:
+        if (self.model_extra or {}).get("framework") == "megatron-bridge" and self.cluster.gpu in BRIDGE_FLEX_GPUS:
             return "flex", "Megatron-Bridge's MoE perf recipes run HybridEP (flex dispatcher) on this system"
         return "alltoall", "not stated: Megatron's all-to-all token dispatcher"
 
