@@ -224,15 +224,20 @@ def step_time(
         stages.append(st)
     slowest = max(stages, key=lambda st: st.total_s)
     m, p, v = layout.grad_accum, layout.pp, layout.vp
-    slots = m + (p - 1) / v
     eff = params.collective_efficiency
 
     # Pipeline: one activation (sequence-sharded with SP) forward and one gradient backward per chunk boundary.
+    # Steady state: every micro-batch sends 2v messages per stage, paced by the slowest boundary (a stage waits
+    # for its input). Warm-up and cool-down: the first forward and the last backward cross each of the p-1
+    # boundaries once, each on its own link (with equal links: (m + (p-1)/v) slots of 2v messages).
     pp_comm = 0.0
     if p > 1:
         tokens = job.seq_len * layout.micro_batch / layout.cp
         msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
-        pp_comm = slots * 2 * v * comm.p2p_s(msg, links.pp, eff) * (1 - params.pp_comm_overlap)
+        steady = m * 2 * v * comm.p2p_s(msg, links.pp, eff)
+        fill_links = links.pp_fill or (links.pp,) * (p - 1)
+        fill = sum(2 * comm.p2p_s(msg, b, eff) for b in fill_links)
+        pp_comm = (steady + fill) * (1 - params.pp_comm_overlap)
 
     # Data parallel over dp x cp.
     d = links.dp_cp
