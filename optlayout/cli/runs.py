@@ -74,7 +74,7 @@ def compare_command(
         table.add_row(
             row["id"],
             f"{row['measured_tokens_per_s_per_gpu']:,.0f}",
-            f"{row['predicted_tokens_per_s_per_gpu']:,.0f}",
+            f"{row['predicted_tokens_per_s_per_gpu']:,.0f}" + (" (over memory)" if row["memory_model_miss"] else ""),
             f"{row['ape']:.1%}",
             "" if rank is None else f"{rank}/{row['legal_layouts']}",
             "" if gain is None else f"{gain:+.1%}",
@@ -87,6 +87,12 @@ def compare_command(
     for text, n in sorted(assumptions.items()):
         common.console.print(f"assumed for {n} run{'s' if n > 1 else ''}: {text}")
     s = result["summary"]
+    if s["memory_model_misses"]:
+        n = len(s["memory_model_misses"])
+        common.console.print(
+            f"memory-model miss for {n} run{'s' if n > 1 else ''} (predicted over memory, yet it ran; predicted "
+            f"anyway): {', '.join(s['memory_model_misses'])}"
+        )
     order = s["pairwise_order_accuracy"]
     common.console.print(
         f"n={s['n']}  MAPE {s['mape']:.1%}  median APE {s['median_ape']:.1%}  pairwise order "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, layout_problems, usable_memory_bytes
@@ -10,7 +9,7 @@ from optlayout.errors import OptlayoutError
 from optlayout.runs.records import RunRecord
 from optlayout.solver.cpsat import Limits, solve_top_k
 from optlayout.solver.space import SpaceOptions, enumerate_layouts
-from optlayout.solver.tables import CostTable
+from optlayout.solver.tables import CostTable, rank_key, throughput_scale
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
 from optlayout.topology import Topology, topology_from_cluster
 
@@ -24,6 +23,11 @@ class RunPrediction:
     filled_fields: dict[str, object]
     prediction: Prediction
     assumed: dict[str, dict[str, str]]  # job fields the record did not state: {"value": ..., "why": ...}
+
+    @property
+    def memory_model_miss(self) -> bool:
+        """The run ran, yet the memory model puts every completion of its layout over the GPU's memory."""
+        return not self.prediction.fits
 
     @property
     def ape(self) -> float:
@@ -60,7 +64,8 @@ def predict_run(
     """Fill unpublished layout fields with the solver's best choice consistent with the published ones.
 
     The published run did run, so if no completion fits the memory model, the fastest completion is used
-    anyway (the prediction then says `fits: false`, a miss of the memory model, reported as such).
+    anyway, in the solver's order without the memory constraint (the prediction then says `fits: false`,
+    `memory_model_miss`: a miss of the memory model, reported as such).
     """
     job = run_job(record)
     topo = topology or topology_from_cluster(record.cluster)
@@ -74,10 +79,12 @@ def predict_run(
         raise OptlayoutError(f"run {record.id}: no legal layout matches the published fields ({problems})")
     candidates = [table.candidate(lay) for lay in layouts]
     capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
-    result = solve_top_k(candidates, Limits(capacity))
-    if not result.ranked:
-        result = solve_top_k(candidates, Limits(math.inf))
-    best = result.ranked[0]
+    ranked = solve_top_k(candidates, Limits(capacity)).ranked
+    if ranked:
+        best = ranked[0]
+    else:
+        scale = throughput_scale(candidates)
+        best = min(candidates, key=lambda c: rank_key(c, scale))
     filled = {k: _plain(getattr(best.layout, k)) for k in record.layout.unknown()}
     return RunPrediction(record, best.layout, filled, best.prediction, assumed_fields(record))
 
