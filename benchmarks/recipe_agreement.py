@@ -24,6 +24,8 @@ from pathlib import Path
 from _results import publish
 
 from optlayout.cost import DEFAULT_PARAMS
+from optlayout.cost.flops import mfu, model_flops_per_token
+from optlayout.presets import gpu_preset
 from optlayout.runs.agreement import Agreement, RankSpace, recipe_agreement
 from optlayout.runs.calibrate import load_profile, shipped_profile_path
 from optlayout.runs.records import RunRecord, read_runs
@@ -73,6 +75,34 @@ def _table(title: str, groups: dict[str, list[Agreement]]) -> list[str]:
     return lines
 
 
+def measured_mfu(record: RunRecord) -> float:
+    """The run's measured MFU, by optlayout's one definition."""
+    gpu = gpu_preset(record.cluster.gpu)
+    flops = model_flops_per_token(record.model, record.job.seq_len)
+    return mfu(record.measured.tokens_per_s_per_gpu, flops, gpu.peak_flops_for(record.job.precision))
+
+
+def _ceilings(rows: list[Agreement], every: list[RunRecord]) -> list[str]:
+    """The solver's picks against the best MFU any run of the file measured on that GPU and precision."""
+    best: dict[str, float] = defaultdict(float)
+    for rec in every:
+        key = f"{rec.cluster.gpu} {rec.job.precision}"
+        best[key] = max(best[key], measured_mfu(rec))
+    picks: dict[str, list[Agreement]] = defaultdict(list)
+    for a in rows:
+        if a.best is not None:
+            picks[f"{a.published.record.cluster.gpu} {a.published.record.job.precision}"].append(a)
+    lines = [
+        "| GPU, precision | best measured MFU (any run) | highest predicted MFU of a pick | picks above best + 5 pts |",
+        "|---|---:|---:|---:|",
+    ]
+    for key in sorted(picks):
+        top = max(a.best.prediction.mfu for a in picks[key])
+        over = sum(a.best.prediction.mfu > best[key] + 0.05 for a in picks[key])
+        lines.append(f"| {key} | {best[key]:.1%} | {top:.1%} | {over} of {len(picks[key])} |")
+    return lines
+
+
 def _claims(rows: list[Agreement], n: int = 12) -> list[str]:
     lines = [
         "| run | published (completed) | rank | solver's pick | claimed gain | measured APE "
@@ -99,7 +129,8 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = parser.parse_args()
 
-    records = [r for r in read_runs(args.runs) if is_recipe(r)]
+    every = read_runs(args.runs)
+    records = [r for r in every if is_recipe(r)]
     if args.calibration == "none":
         label, params_for = "uncalibrated (default CostParams)", lambda _g, _p: DEFAULT_PARAMS
     else:
@@ -145,6 +176,11 @@ def main() -> int:
         *_table("framework", dict(sorted(by_stack.items()))),
         "",
         *_table("GPU, precision", dict(sorted(by_gpu.items()))),
+        "",
+        "Predicted MFU of the picks against the best measured MFU (a pick more than 5 points above it is a claim "
+        "no run supports):",
+        "",
+        *_ceilings(rows, every),
         "",
         "Largest claimed gains:",
         "",

@@ -123,9 +123,9 @@ def calibrate_command(
     rep = profile.report
     table = Table(title=f"calibration on {rep['runs']} runs -> {output}")
     table.add_column("MAPE")
-    for col in ("uncalibrated", "cross-validated (leave source out)", "in-sample"):
+    for col in ("leave source out", "leave GPU out", "in-sample", "uncalibrated"):
         table.add_column(col, justify="right")
-    keys = ("uncalibrated", "cross_validated_by_source", "in_sample")
+    keys = ("cross_validated_by_source", "cross_validated_by_gpu", "in_sample", "uncalibrated")
     table.add_row("all", *(f"{rep[k]['mape']:.1%}" for k in keys))
     for source in rep["sources"]:
         table.add_row(source[:50], *(f"{rep[k]['per_source'][source]:.1%}" for k in keys))

@@ -184,23 +184,31 @@ def _params(global_params: CostParams, per_key: dict[str, CostParams], case: _Ca
     return per_key.get(profile_key(rec.cluster.gpu, rec.job.precision), global_params)
 
 
+def _cross_validate(cases: Sequence[_Case], fold_of: Callable[[_Case], str], say: Callable[[str], None],
+                    what: str) -> dict[int, float]:
+    """APE of every run predicted by constants fitted on the runs of the other folds."""
+    out: dict[int, float] = {}
+    for fold in sorted({fold_of(c) for c in cases}):
+        say(f"cross-validation: holding out {what} {fold[:60]}")
+        g, per_key = _fit_profile([c for c in cases if fold_of(c) != fold])
+        for c in cases:
+            if fold_of(c) == fold:
+                out[id(c)] = _ape(c, _params(g, per_key, c))
+    return out
+
+
 def calibrate(
     records: Sequence[RunRecord], fitted_on: str, progress: Callable[[str], None] | None = None
 ) -> CalibrationProfile:
-    """Fit a profile on all runs and report its cross-validated error (leave one source out)."""
+    """Fit a profile on all runs and report its cross-validated error: leaving one source out, and leaving one
+    GPU out (a held-out GPU gets the constants fitted on the other GPUs, as a GPU the profile never saw)."""
     say = progress or (lambda _msg: None)
     say(f"filling layouts of {len(records)} runs")
     cases = prepare(records, lambda _g, _p: DEFAULT_PARAMS)
     sources = sorted({c.prediction.record.source for c in cases})
     uncal = {id(c): _ape(c, DEFAULT_PARAMS) for c in cases}
-    cv: dict[int, float] = {}
-    for source in sources:
-        say(f"cross-validation: holding out {source[:60]}")
-        train = [c for c in cases if c.prediction.record.source != source]
-        g, per_key = _fit_profile(train)
-        for c in cases:
-            if c.prediction.record.source == source:
-                cv[id(c)] = _ape(c, _params(g, per_key, c))
+    cv = _cross_validate(cases, lambda c: c.prediction.record.source, say, "source")
+    cv_gpu = _cross_validate(cases, lambda c: c.prediction.record.cluster.gpu, say, "GPU")
     say("fitting on all runs")
     g, per_key = _fit_profile(cases)
     insample = {id(c): _ape(c, _params(g, per_key, c)) for c in cases}
@@ -231,6 +239,7 @@ def calibrate(
             "sources": sources,
             "uncalibrated": table(uncal),
             "cross_validated_by_source": table(cv),
+            "cross_validated_by_gpu": table(cv_gpu),
             "in_sample": table(insample),
         },
     )
