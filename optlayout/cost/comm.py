@@ -2,7 +2,12 @@
 
 Bandwidth is the per-GPU, per-direction bandwidth the group gets from the topology graph (the links its
 collective crosses); the ring moves (n-1)/n of the buffer per GPU per pass (Patarasuk & Yuan 2009, NCCL's
-bus-bandwidth convention). Latency grows with log2(n), as NCCL's tree and NVLS algorithms do at scale.
+bus-bandwidth convention). Data-parallel collectives run on NCCL, whose own latency model this follows
+(src/graph/tuning.cc, the Simple protocol of large buffers): a base cost plus one step latency per ring step,
+NVLink steps inside a scale-up domain and network steps between domains, so all-gather and reduce-scatter
+(rings only) grow linearly with the ranks; all-reduce takes the faster of the ring and the tree (log2 of the
+domains), as NCCL's tuner does. Tensor-parallel collectives (overlapped GEMM + userbuffers exchange in
+Transformer Engine) pay the link latency per ring step.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+from optlayout.cost.params import CostParams
 from optlayout.specs import Layout
 
 
@@ -24,6 +30,8 @@ class LinkSource(Protocol):
 
     def pairs_link(self, first: int, second: int, count: int) -> tuple[float, float]: ...
 
+    def dim_domains(self, size: int, stride: int) -> int: ...
+
 
 @dataclass(frozen=True)
 class Link:
@@ -32,6 +40,7 @@ class Link:
     size: int
     bandwidth_Bps: float
     latency_s: float
+    domains: int = 1  # scale-up domains the group spans (NCCL's nodes)
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,8 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
     def link(size: int, stride: int) -> Link:
         if size <= 1:
             return Link(1, math.inf, 0.0)
-        return Link(size, topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride))
+        bw, lat = topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride)
+        return Link(size, bw, lat, topology.dim_domains(size, stride))
 
     tp, cp, dp, p = layout.tp, layout.cp, layout.dp, layout.pp
     s = tp * cp * dp
@@ -67,24 +77,46 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
     return GroupLinks(tp=link(tp, 1), cp=link(cp, tp), dp_cp=link(dp * cp, tp), pp=pp, pp_fill=fill)
 
 
-def _latency(link: Link, passes: int) -> float:
-    return passes * math.ceil(math.log2(link.size)) * link.latency_s if link.size > 1 else 0.0
+def _ring_latency_s(link: Link, passes: int, params: CostParams | None) -> float:
+    """Ring latency: (n - 1) steps per pass. With `params`, NCCL's model: its base latency, NVLink steps inside
+    a domain and (domains - 1) network steps per pass (all-reduce: 2 x domains, as NCCL counts them); without,
+    the group's link latency per step (a ring of direct copies, as Transformer Engine's userbuffers exchange)."""
+    n, domains = link.size, max(1, min(link.domains, link.size))
+    steps = passes * (n - 1)
+    if params is None:
+        return steps * link.latency_s
+    net_steps = min(steps, (domains - 1) if passes == 1 else (passes * domains if domains > 1 else 0))
+    return (
+        params.nccl_base_latency_s
+        + (steps - net_steps) * params.nccl_nvlink_step_latency_s
+        + net_steps * params.nccl_net_step_latency_s
+    )
 
 
-def all_reduce_s(buffer_bytes: float, link: Link, efficiency: float) -> float:
-    """Ring all-reduce of a buffer held whole by each of the group's GPUs."""
+def _tree_latency_s(link: Link, params: CostParams) -> float:
+    """NCCL tree all-reduce latency: up and down a chain inside each domain and a tree over the domains."""
+    n, domains = link.size, max(1, min(link.domains, link.size))
+    return 2 * (n // domains - 1 + math.log2(domains)) * params.nccl_tree_step_latency_s
+
+
+def all_reduce_s(buffer_bytes: float, link: Link, efficiency: float, params: CostParams | None = None) -> float:
+    """All-reduce of a buffer held whole by each of the group's GPUs: ring bandwidth; with NCCL (`params`), the
+    faster of its ring and tree latencies."""
     if link.size <= 1 or buffer_bytes <= 0:
         return 0.0
     n = link.size
-    return 2 * (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + _latency(link, 2)
+    latency = _ring_latency_s(link, 2, params)
+    if params is not None:
+        latency = min(latency, _tree_latency_s(link, params))
+    return 2 * (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + latency
 
 
-def all_gather_s(buffer_bytes: float, link: Link, efficiency: float) -> float:
-    """All-gather (or reduce-scatter) whose full result is `buffer_bytes`."""
+def all_gather_s(buffer_bytes: float, link: Link, efficiency: float, params: CostParams | None = None) -> float:
+    """All-gather (or reduce-scatter) whose full result is `buffer_bytes`: a ring (NCCL's with `params`)."""
     if link.size <= 1 or buffer_bytes <= 0:
         return 0.0
     n = link.size
-    return (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + _latency(link, 1)
+    return (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + _ring_latency_s(link, 1, params)
 
 
 reduce_scatter_s = all_gather_s

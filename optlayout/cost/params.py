@@ -48,6 +48,28 @@ class CostParams(BaseModel):
         "2024, abstract; FA2 reaches 35% of H100 peak): 1/1.75. PyTorch SDPA's FA2 backend ran at 329 TFLOP/s against "
         "cuDNN's 631 and FA3's 632 on an H100 (pytorch/pytorch issue #142132, Tritonbench): 0.52.",
     )
+    attention_overhead_keys: float = Field(
+        235.0,
+        ge=0,
+        description="L0 of the IO-aware attention kernel: a call over L keys runs at L / (L + L0) of its "
+        "long-sequence speed. Source: FlashAttention-3 on an H100, head dim 128, non-causal, 16K tokens per batch "
+        "(Tritonbench, pytorch/benchmark PR #2391): 430, 517, 566, 590, 614, 621 TFLOP/s at 512 ... 16K keys; "
+        "1/speed = (1 + L0/L)/speed_inf fits them within 1% with L0 = 235, speed_inf = 630.",
+    )
+    attention_tile: int = Field(
+        128,
+        ge=1,
+        description="key rows per tile of the attention kernel (a causal query tile also computes its diagonal "
+        "tile). Source: FlashAttention-2/3 forward blocks of 128 (FA3 hopper tile_size_fwd: 128 x 128 causal).",
+    )
+    cp_correction_bytes_per_element: float = Field(
+        10.0,
+        ge=0,
+        description="HBM bytes per output element and ring-attention step to merge that step's partial output "
+        "into the running output: read the fp32 output (4 B) and the step's bf16 output (2 B), write the fp32 "
+        "output (4 B). Source: Transformer Engine context_parallel.py flash_attn_fwd_out_correction, run once per "
+        "step.",
+    )
     gemm_tile: int = Field(
         128,
         ge=1,
@@ -121,9 +143,6 @@ class CostParams(BaseModel):
         "can hide. Source: Megatron --overlap-grad-reduce / PyTorch DDP buckets start reducing as soon as a bucket "
         "is ready (Li et al. 2020, PyTorch Distributed); the last bucket stays exposed.",
     )
-    pp_comm_overlap: float = Field(
-        0.5, ge=0, le=1, description="fraction of pipeline send/receive hidden (Megatron overlaps p2p by default)"
-    )
     optimizer_bytes_moved_per_param: float = Field(
         30.0,
         ge=0,
@@ -143,6 +162,39 @@ class CostParams(BaseModel):
         2, ge=1, description="unsharded layers alive at once under FSDP (current + prefetched next; PyTorch FSDP2)"
     )
     step_overhead_s: float = Field(0.0, ge=0, description="fixed per-step host overhead (data loading, logging)")
+    dp_bucket_params: float = Field(
+        40e6,
+        gt=0,
+        description="parameters per gradient bucket (one reduce-scatter / all-gather / all-reduce each), at least; "
+        "Source: Megatron-LM DistributedDataParallelConfig.bucket_size default max(40,000,000, 1,000,000 x dp).",
+    )
+    dp_bucket_params_per_rank: float = Field(
+        1e6, ge=0, description="bucket parameters per data-parallel rank (the 1,000,000 x dp of the same default)"
+    )
+    nccl_base_latency_s: float = Field(
+        8.4e-6,
+        ge=0,
+        description="fixed latency of one NCCL ring collective, Simple protocol (large buffers). Source: NCCL "
+        "src/graph/tuning.cc, baseLat[Ring][Simple] = 8.4 us.",
+    )
+    nccl_nvlink_step_latency_s: float = Field(
+        3.4e-6,
+        ge=0,
+        description="latency of one ring step over NVLink, Simple protocol. Source: NCCL src/graph/tuning.cc, "
+        "hwLat[NVLink][Ring][Simple] = 3.4 us (a step moves one chunk to the next rank and waits for it).",
+    )
+    nccl_net_step_latency_s: float = Field(
+        14e-6,
+        ge=0,
+        description="latency of one ring step over the network, Simple protocol. Source: NCCL src/graph/tuning.cc, "
+        "hwLat[Net][Ring][Simple] = 14 us.",
+    )
+    nccl_tree_step_latency_s: float = Field(
+        28e-6,
+        ge=0,
+        description="latency of one tree step, Simple protocol (NVLink and network alike). Source: NCCL "
+        "src/graph/tuning.cc, hwLat[*][Tree][Simple] = 28 us.",
+    )
 
     def gemm_peak_fraction(self, precision: str) -> float:
         """Fraction of the precision's dense peak a large GEMM reaches."""

@@ -68,6 +68,19 @@ def gemm_s(m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, param
     return main_loop + 2.0 * m * n / hbm + params.kernel_overhead_s
 
 
+def attention_length_factor(seq_len: int, cp: int, causal: bool, params: CostParams) -> float:
+    """Time of the IO-aware attention of one sequence over its long-key-length time, for the keys each kernel call
+    sees: a call over L keys runs at L / (L + L0) of its long-sequence speed (per-tile prologue and epilogue;
+    `attention_overhead_keys` = L0). Causal: each query tile also computes its diagonal key tile (T =
+    `attention_tile`), so L0 becomes T + 2 L0 over the whole sequence. Ring attention with the load-balanced
+    split (2cp chunks, rank r holds r and 2cp-1-r, as Megatron/TE): cp steps of equal work, one causal over the
+    rank's s/cp keys and cp - 1 over s/(2cp) or s/cp keys (half each): 1 + (T + 2 L0 + 1.5 (cp - 1) L0) / s."""
+    l0 = params.attention_overhead_keys
+    if not causal:
+        return 1.0 + l0 * cp / seq_len
+    return 1.0 + (params.attention_tile + 2 * l0 + 1.5 * (cp - 1) * l0) / seq_len
+
+
 @dataclass(frozen=True)
 class LayerTimes:
     """One transformer layer, one micro-batch, one GPU (seconds)."""
@@ -105,8 +118,9 @@ def layer_times(
         efficiency = params.attention_efficiency
         if job.attention_kernel == "flash2" and gpu.arch in HOPPER_OR_NEWER:
             efficiency *= params.flash2_speed_on_hopper
-        # ring attention (CP) runs the kernel once per K/V chunk
-        attention = attn_flops / (bf16_peak * efficiency) + layout.cp * params.kernel_overhead_s
+        # ring attention (CP) runs the kernel once per K/V chunk, on shorter keys
+        length = attention_length_factor(job.seq_len, layout.cp, job.causal, params)
+        attention = attn_flops * length / (bf16_peak * efficiency) + layout.cp * params.kernel_overhead_s
     else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
         scores = model.heads / t * tokens * job.seq_len * causal
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
@@ -116,6 +130,8 @@ def layer_times(
         tokens * h / sp_div * (params.elementwise_bytes_per_token_hidden + dropout_bytes)
         + tokens * f / t * params.elementwise_bytes_per_token_ffn
     )
+    if layout.cp > 1:  # ring attention merges each step's partial output into the fp32 output (TE out correction)
+        elementwise_bytes += layout.cp * tokens * dq / t * params.cp_correction_bytes_per_element
     if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
         elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * (2 * h + dq / t + f / t)
     elementwise = elementwise_bytes / hbm + 8 * params.kernel_overhead_s
@@ -164,10 +180,15 @@ def stage_times(
     elif layout.recompute == Recompute.selective:
         bwd += lt.attention_fwd_s
     tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * tp_passes
-    # Ring attention hides the K/V exchange under the attention of the chunk already received.
-    cp = max(0.0, lt.cp_comm_fwd_s - lt.attention_fwd_s) + max(
-        0.0, 2 * lt.cp_comm_fwd_s - params.attention_backward_ratio * lt.attention_fwd_s
-    )
+    # Ring attention hides each step's K/V exchange under the attention of the chunk already received, step by
+    # step: cp steps of equal work (load-balanced causal split), cp - 1 exchanges; the backward sends K/V and
+    # their gradients.
+    cp = 0.0
+    if layout.cp > 1:
+        exchange, step = lt.cp_comm_fwd_s / (layout.cp - 1), lt.attention_fwd_s / layout.cp
+        cp = (layout.cp - 1) * (
+            max(0.0, exchange - step) + max(0.0, 2 * exchange - params.attention_backward_ratio * step)
+        )
     out_fwd = out_bwd = 0.0
     if last:
         tokens = job.seq_len * layout.micro_batch / layout.cp
@@ -221,42 +242,62 @@ def step_time(
             st = stage_times(model, job, layout, gpu, params, lt, *kind)
             if memo is not None:
                 memo[skey] = st
-        stages.append(st)
-    slowest = max(stages, key=lambda st: st.total_s)
+        stages.append((st, kind[0]))
+    slowest, slowest_layers = max(stages, key=lambda stage: stage[0].total_s)
     m, p, v = layout.grad_accum, layout.pp, layout.vp
     eff = params.collective_efficiency
 
     # Pipeline: one activation (sequence-sharded with SP) forward and one gradient backward per chunk boundary.
-    # Steady state: every micro-batch sends 2v messages per stage, paced by the slowest boundary (a stage waits
-    # for its input). Warm-up and cool-down: the first forward and the last backward cross each of the p-1
-    # boundaries once, each on its own link (with equal links: (m + (p-1)/v) slots of 2v messages).
+    # Warm-up and cool-down: the first forward and the last backward cross each of the p-1 boundaries once, on
+    # its own link, exposed. Steady state, paced by the slowest boundary: interleaved (v > 1), Megatron sends and
+    # receives asynchronously under the next chunk's compute (overlap_p2p_comm, on by default), so a message costs
+    # only what a chunk's forward or backward cannot cover; 1F1B (v = 1) exchanges block (Megatron turns the
+    # overlap off for it): a forward and a backward exchange per micro-batch on the critical path.
     pp_comm = 0.0
     if p > 1:
         tokens = job.seq_len * layout.micro_batch / layout.cp
         msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
-        steady = m * 2 * v * comm.p2p_s(msg, links.pp, eff)
-        fill_links = links.pp_fill or (links.pp,) * (p - 1)
-        fill = sum(2 * comm.p2p_s(msg, b, eff) for b in fill_links)
-        pp_comm = (steady + fill) * (1 - params.pp_comm_overlap)
+        fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
+        send = comm.p2p_s(msg, links.pp, eff)
+        if v > 1:
+            f_chunk, b_chunk = slowest.compute_fwd_s / v, slowest.compute_bwd_s / v
+            steady = m * v * (max(0.0, send - f_chunk) + max(0.0, send - b_chunk))
+        else:
+            steady = m * 2 * send
+        pp_comm = steady + fill
 
-    # Data parallel over dp x cp.
+    # Data parallel over dp x cp, in Megatron's buckets (one collective each; FSDP: one per layer).
     d = links.dp_cp
     grads_bytes = params_on_gpu * job.grad_bytes_per_param
     weights_bytes = params_on_gpu * job.weight_bytes_per_param
     overlap = params.dp_comm_overlap
+    bucket = max(params.dp_bucket_params, params.dp_bucket_params_per_rank * d.size)
+    buckets = max(1, math.ceil(params_on_gpu / bucket))
+
+    def bucketed(collective, total_bytes: float) -> float:
+        return buckets * collective(total_bytes / buckets, d, eff, params)
+
     if layout.sharding == Sharding.fsdp:
-        per_mb = 2 * comm.all_gather_s(weights_bytes, d, eff) + comm.reduce_scatter_s(grads_bytes, d, eff)
-        hidden = overlap * (slowest.compute_fwd_s + slowest.compute_bwd_s)
-        dp_comm = m * max(0.0, per_mb - hidden)
+        # Per layer, per micro-batch: the next layer's weights are gathered under this layer's compute, forward
+        # and backward, and its gradients reduce-scattered under the backward; what a layer's compute cannot
+        # cover is exposed, and so are the first gather of each pass and the last reduce-scatter.
+        n = slowest_layers
+        ag = comm.all_gather_s(weights_bytes / n, d, eff, params)
+        rs = comm.reduce_scatter_s(grads_bytes / n, d, eff, params)
+        fwd_layer, bwd_layer = slowest.compute_fwd_s / n, slowest.compute_bwd_s / n
+        per_mb = 2 * ag + rs + (n - 1) * (
+            max(0.0, ag - overlap * fwd_layer) + max(0.0, ag + rs - overlap * bwd_layer)
+        )
+        dp_comm = m * per_mb
     elif layout.sharding == Sharding.zero2:
-        per_mb = comm.reduce_scatter_s(grads_bytes, d, eff)
+        per_mb = bucketed(comm.reduce_scatter_s, grads_bytes)
         dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, comm.all_gather_s(weights_bytes, d, eff) - overlap * slowest.compute_fwd_s)
+        dp_comm += max(0.0, bucketed(comm.all_gather_s, weights_bytes) - overlap * slowest.compute_fwd_s)
     elif layout.sharding == Sharding.zero1:
-        dp_comm = max(0.0, comm.reduce_scatter_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, comm.all_gather_s(weights_bytes, d, eff) - overlap * slowest.compute_fwd_s)
+        dp_comm = max(0.0, bucketed(comm.reduce_scatter_s, grads_bytes) - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, bucketed(comm.all_gather_s, weights_bytes) - overlap * slowest.compute_fwd_s)
     else:
-        dp_comm = max(0.0, comm.all_reduce_s(grads_bytes, d, eff) - overlap * slowest.compute_bwd_s)
+        dp_comm = max(0.0, bucketed(comm.all_reduce_s, grads_bytes) - overlap * slowest.compute_bwd_s)
 
     local_params = params_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
     optimizer = (

@@ -68,6 +68,7 @@ class Topology:
         self._kind_code = np.array([_KIND_CODE[k] for k in self._t.domain_kind])
         self._dims: dict[tuple[int, int], tuple[float, float]] = {}
         self._pairs: dict[tuple[int, int, int], tuple[float, float]] = {}
+        self._dim_domains: dict[tuple[int, int], int] = {}
         self._contiguous_domains = bool((np.diff(self._t.domain) >= 0).all())
         self._factor = np.stack(self._t.factor) if self._t.factor else np.ones((0, self.num_gpus))
         self._lat_up = np.stack(self._t.lat_up) if self._t.lat_up else np.zeros((0, self.num_gpus))
@@ -285,6 +286,23 @@ class Topology:
 
     def dim_latency_s(self, size: int, stride: int) -> float:
         return self._dim(size, stride)[1]
+
+    def dim_domains(self, size: int, stride: int) -> int:
+        """Most scale-up domains (NCCL's nodes) one group of the dimension spans; cached."""
+        key = (size, stride)
+        hit = self._dim_domains.get(key)
+        if hit is None:
+            self._dim(size, stride)  # checks the arguments
+            if size == 1:
+                hit = 1
+            else:
+                span = size * stride
+                g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
+                dom = self._t.domain[((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride]
+                dom.sort(axis=1)
+                hit = int((1 + (dom[:, 1:] != dom[:, :-1]).sum(axis=1)).max())
+            self._dim_domains[key] = hit
+        return hit
 
     def _dim(self, size: int, stride: int) -> tuple[float, float]:
         key = (size, stride)
