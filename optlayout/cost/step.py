@@ -285,9 +285,7 @@ def step_time(
         ag = comm.all_gather_s(weights_bytes / n, d, eff, params)
         rs = comm.reduce_scatter_s(grads_bytes / n, d, eff, params)
         fwd_layer, bwd_layer = slowest.compute_fwd_s / n, slowest.compute_bwd_s / n
-        per_mb = 2 * ag + rs + (n - 1) * (
-            max(0.0, ag - overlap * fwd_layer) + max(0.0, ag + rs - overlap * bwd_layer)
-        )
+        per_mb = 2 * ag + rs + (n - 1) * (max(0.0, ag - overlap * fwd_layer) + max(0.0, ag + rs - overlap * bwd_layer))
         dp_comm = m * per_mb
     elif layout.sharding == Sharding.zero2:
         per_mb = bucketed(comm.reduce_scatter_s, grads_bytes)

@@ -184,8 +184,9 @@ def _params(global_params: CostParams, per_key: dict[str, CostParams], case: _Ca
     return per_key.get(profile_key(rec.cluster.gpu, rec.job.precision), global_params)
 
 
-def _cross_validate(cases: Sequence[_Case], fold_of: Callable[[_Case], str], say: Callable[[str], None],
-                    what: str) -> dict[int, float]:
+def _cross_validate(
+    cases: Sequence[_Case], fold_of: Callable[[_Case], str], say: Callable[[str], None], what: str
+) -> dict[int, float]:
     """APE of every run predicted by constants fitted on the runs of the other folds."""
     out: dict[int, float] = {}
     for fold in sorted({fold_of(c) for c in cases}):
