@@ -70,15 +70,17 @@ def gemm_s(m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, param
 
 def attention_length_factor(seq_len: int, cp: int, causal: bool, params: CostParams) -> float:
     """Time of the IO-aware attention of one sequence over its long-key-length time, for the keys each kernel call
-    sees: a call over L keys runs at L / (L + L0) of its long-sequence speed (per-tile prologue and epilogue;
-    `attention_overhead_keys` = L0). Causal: each query tile also computes its diagonal key tile (T =
-    `attention_tile`), so L0 becomes T + 2 L0 over the whole sequence. Ring attention with the load-balanced
-    split (2cp chunks, rank r holds r and 2cp-1-r, as Megatron/TE): cp steps of equal work, one causal over the
-    rank's s/cp keys and cp - 1 over s/(2cp) or s/cp keys (half each): 1 + (T + 2 L0 + 1.5 (cp - 1) L0) / s."""
+    sees: a call over L keys runs at L / (L + L0) of its long-sequence speed (a fixed cost per query tile, worth
+    L0 = `attention_overhead_keys` keys). Causal: each query tile also computes its diagonal key tile (T =
+    `attention_tile`), so a causal sequence of s keys costs 1 + (T + 2 L0) / s. Ring attention with the
+    load-balanced split (2cp chunks, rank r holds r and 2cp-1-r, as Megatron/TE) runs cp steps of equal work:
+    one causal over the rank's s/cp keys, then, on the slowest rank (the last, which sets the pace), cp - 1
+    steps of all its s/cp queries against the first half of a received chunk, s/(2cp) keys, each 1 + 2 cp L0 / s:
+    1 + (T + 2 L0 + 2 (cp - 1) L0) / s. Non-causal: every step sees s/cp keys."""
     l0 = params.attention_overhead_keys
     if not causal:
         return 1.0 + l0 * cp / seq_len
-    return 1.0 + (params.attention_tile + 2 * l0 + 1.5 * (cp - 1) * l0) / seq_len
+    return 1.0 + (params.attention_tile + 2 * l0 + 2 * (cp - 1) * l0) / seq_len
 
 
 @dataclass(frozen=True)
