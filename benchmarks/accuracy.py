@@ -1,6 +1,6 @@
 """Prediction error of tokens/s/GPU on the published runs, per source, GPU and precision.
 
-Reproduce:  python benchmarks/accuracy.py [RUNS.jsonl] [--calibration profile.yaml] [--write]
+Reproduce:  python benchmarks/accuracy.py [RUNS.jsonl] [--calibration calibration.yaml] [--write]
 `--write` replaces the accuracy section of benchmarks/RESULTS.md with the tables printed.
 Runs whose layout has unpublished fields are filled by the solver with the published fields pinned
 (`optlayout.runs.predict`); the table counts how many runs needed filling.
@@ -79,15 +79,15 @@ def main() -> int:
     args = parser.parse_args()
 
     records = read_runs(args.runs)
-    profile = None
+    calibration = None
     if args.calibration:
-        from optlayout.runs.calibrate import load_profile
+        from optlayout.runs.calibrate import load_calibration
 
-        profile = load_profile(args.calibration)
+        calibration = load_calibration(args.calibration)
     t0 = time.perf_counter()
     preds: list[RunPrediction] = []
     for rec in records:
-        params = profile.params_for(rec.cluster.gpu, rec.job.precision) if profile else DEFAULT_PARAMS
+        params = calibration.params_for(rec.cluster.gpu, rec.job.precision) if calibration else DEFAULT_PARAMS
         preds.append(predict_run(rec, params))
     elapsed = time.perf_counter() - t0
 

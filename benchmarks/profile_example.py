@@ -7,7 +7,7 @@ dropout 0.1 (the layer's default) and 0.0:
 - times unprofiled steps after warm-up (the two models alternate; min and median of N steps each);
 - profiles one step (after warm-up) with torch.profiler, five times, and keeps the trace of the fastest
   profiled step as a gzip Chrome trace (the machine may be shared: the minimum is the least disturbed);
-- reads the trace back with `optlayout.profile.analyze` and prints a table.
+- reads the trace back with `optlayout.trace.analyze` and prints a table.
 
 Usage: python benchmarks/profile_example.py [--out-dir tests/fixtures/traces] [--threads 2] [--steps 30] [--tries 5]
 Requires torch (`pip install -e .[torch]`).
@@ -31,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optlayout.profile import analyze  # noqa: E402
+from optlayout.trace import analyze  # noqa: E402
 
 VOCAB, D_MODEL, LAYERS, HEADS, FFN = 1000, 128, 4, 4, 512
 BATCH, SEQ = 4, 128

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from _results import publish
 
-from optlayout.api import solve
+from optlayout.planning import solve
 from optlayout.presets import model_preset
-from optlayout.runs.calibrate import load_profile, shipped_profile_path
+from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
+from optlayout.solver.candidates import layout_identity
 from optlayout.solver.explain import why_it_lost
 from optlayout.solver.oracle import rank_every_layout
-from optlayout.solver.tables import layout_identity
 from optlayout.specs import JobSpec
 from optlayout.topology import resolve_cluster
 
@@ -46,11 +46,12 @@ CASES = [
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calibration", default=None, help="profile YAML, or 'none' (default: shipped)")
+    parser.add_argument("--calibration", default=None, help="calibration YAML, or 'none' (default: shipped)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    profile = None if args.calibration == "none" else load_profile(args.calibration or shipped_profile_path())
-    label = "raw defaults" if profile is None else (args.calibration or "the shipped profile")
+    path = args.calibration or shipped_calibration_path()
+    calibration = None if args.calibration == "none" else load_calibration(path)
+    label = "raw defaults" if calibration is None else (args.calibration or "the shipped calibration")
     lines = [
         f"Cost model: {label}. Command: `python benchmarks/published_layouts.py"
         + (f" --calibration {args.calibration}" if args.calibration else "") + "`.",
@@ -61,7 +62,7 @@ def main() -> int:
     ]  # fmt: skip
     for name, model, cluster, job, pins, figure in CASES:
         topo = resolve_cluster(cluster)
-        params = profile.params_for(topo.gpu.name, job.precision) if profile else None
+        params = calibration.params_for(topo.gpu.name, job.precision) if calibration else None
         kw = {"params": params} if params else {}
         mine = solve(model, topo, job, pins=pins, max_vp=8, **kw)
         best = solve(model, topo, job, **kw)

@@ -7,7 +7,7 @@ sequence parallelism) are completed as `compare` completes them. The rank is amo
 solver's default space for the run's model, cluster and job, found with the solver's bound
 (`optlayout.runs.agreement`, equal to the exhaustive oracle's rank, `tests/test_agreement.py`), walked to
 exactly up to rank 100 (lower ranks read "> 100"; the pick and the claimed gain are exact). Cost
-constants: the shipped calibration profile unless `--calibration` says otherwise.
+constants: the shipped calibration unless `--calibration` says otherwise.
 `--write` replaces the recipes section of benchmarks/RESULTS.md.
 """
 
@@ -27,7 +27,7 @@ from optlayout.cost import DEFAULT_PARAMS
 from optlayout.cost.flops import mfu, model_flops_per_token
 from optlayout.presets import gpu_preset
 from optlayout.runs.agreement import Agreement, RankSpace, recipe_agreement
-from optlayout.runs.calibrate import load_profile, shipped_profile_path
+from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
 from optlayout.runs.records import RunRecord, read_runs
 from optlayout.solver.explain import why_it_lost
 from optlayout.solver.space import SpaceOptions
@@ -125,7 +125,7 @@ def _claims(rows: list[Agreement], n: int = 12) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS))
-    parser.add_argument("--calibration", default=None, help="'none': raw defaults; default: the shipped profile")
+    parser.add_argument("--calibration", default=None, help="'none': raw defaults; default: the shipped calibration")
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = parser.parse_args()
 
@@ -134,9 +134,9 @@ def main() -> int:
     if args.calibration == "none":
         label, params_for = "uncalibrated (default CostParams)", lambda _g, _p: DEFAULT_PARAMS
     else:
-        path = args.calibration or shipped_profile_path()
-        label = "the shipped profile" if args.calibration is None else f"calibration {args.calibration}"
-        params_for = load_profile(path).params_for
+        path = args.calibration or shipped_calibration_path()
+        label = "the shipped calibration" if args.calibration is None else f"calibration {args.calibration}"
+        params_for = load_calibration(path).params_for
     t0 = time.perf_counter()
     topologies: dict[str, Topology] = {}
     spaces: dict[tuple, RankSpace] = {}

@@ -1,12 +1,30 @@
-"""User-facing errors: one line that names the field or constraint, exit status 2 in the CLI."""
+"""Errors a caller can catch: one line that names the field or constraint.
+
+`OptlayoutError` is the base; the CLI prints any of them as one line and exits with status 2.
+"""
 
 from __future__ import annotations
 
-import pydantic
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pydantic
 
 
 class OptlayoutError(ValueError):
-    """Bad input or an impossible request; the message is shown to the user as it is."""
+    """Anything optlayout refuses; the message is shown to the user as it is."""
+
+
+class InputError(OptlayoutError):
+    """Bad input: a malformed file, an unknown name, a value out of range, an illegal layout."""
+
+
+class InfeasibleError(OptlayoutError):
+    """A well-formed request that no layout satisfies (nothing fits, no GPU count works)."""
+
+
+class UnsupportedError(OptlayoutError):
+    """Valid input that a launcher, a GPU or optlayout itself does not support."""
 
 
 def describe_validation_error(exc: pydantic.ValidationError, what: str = "") -> str:

@@ -1,46 +1,46 @@
-"""The inputs of every decision: model shape, GPU, cluster shorthand, job and layout (pydantic v2).
+"""The inputs of every decision: model shape, GPU, cluster shorthand and job (pydantic v2); the layout is
+`optlayout.layout`'s (re-exported here).
 
 Validation messages name the field; SI units inside (bytes, FLOP/s, bytes/s, seconds).
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
 from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from optlayout.layout.model import Layout, Recompute, Sharding
+
+__all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding"]
+
 MlpKind = Literal["swiglu", "gelu", "relu2"]
 Precision = Literal["bf16", "fp16", "fp8"]
-GpuArch = Literal["ampere", "hopper", "blackwell", "cdna3", "other"]
+GpuArch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "other"]
 AttentionKernel = Literal["flash", "flash2", "naive"]
 HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
-
-
-class Sharding(StrEnum):
-    """How training state is sharded over the data-parallel group."""
-
-    none = "none"  # plain DDP: every DP rank keeps all of its stage's state
-    zero1 = "zero1"  # optimizer state sharded (Megatron distributed optimizer)
-    zero2 = "zero2"  # + gradients sharded
-    fsdp = "fsdp"  # + weights sharded (ZeRO-3)
-
-
-class Recompute(StrEnum):
-    """Activation recomputation (Korthikanti et al. 2022)."""
-
-    none = "none"
-    selective = "selective"  # attention core recomputed
-    full = "full"  # whole layer recomputed; only its input is kept
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class RopeScaling(_Spec):
+    """Llama 3.1's RoPE frequency scaling (`rope_type: llama3` in a Hugging Face config)."""
+
+    factor: float = Field(8.0, gt=0)
+    low_freq_factor: float = Field(1.0, gt=0)
+    high_freq_factor: float = Field(4.0, gt=0)
+    original_max_position: PositiveInt = 8192
+
+
 class ModelSpec(_Spec):
-    """A dense decoder-only transformer, by shape. Parameter count is derived, never given."""
+    """A dense decoder-only transformer, by shape. Parameter count is derived, never given.
+
+    The position and norm fields (`rope_theta`, `rope_scaling`, `alibi`, `norm_eps`) change no count; the
+    launcher emitters write them, so that a launched run trains this model and not a launcher default.
+    """
 
     name: str = "custom"
     layers: PositiveInt
@@ -54,6 +54,10 @@ class ModelSpec(_Spec):
     head_dim: PositiveInt | None = None
     bias: bool = Field(False, description="linear layers and layer norms carry biases (GPT-2/3 style)")
     position_embeddings: int = Field(0, ge=0, description="learned absolute positions (0 = rotary)")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base (Llama 3: 500000); unused with learned positions")
+    rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling; None = plain RoPE")
+    alibi: bool = Field(False, description="ALiBi attention biases instead of positions (MPT, BLOOM)")
+    norm_eps: float = Field(1e-5, gt=0, description="RMSNorm/LayerNorm epsilon")
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelSpec:
@@ -83,47 +87,47 @@ class ModelSpec(_Spec):
         return 3 if self.mlp == "swiglu" else 2
 
     @cached_property
-    def attention_params(self) -> int:
+    def attention_param_count(self) -> int:
         h = self.hidden
         weights = h * self.q_width * 2 + h * self.kv_width * 2  # q, o, k, v
         biases = (self.q_width + 2 * self.kv_width + h) if self.bias else 0
         return weights + biases
 
     @cached_property
-    def mlp_params(self) -> int:
+    def mlp_param_count(self) -> int:
         weights = self.mlp_matrices * self.hidden * self.ffn
         biases = (self.ffn * (self.mlp_matrices - 1) + self.hidden) if self.bias else 0
         return weights + biases
 
     @cached_property
-    def norm_params_per_layer(self) -> int:
+    def norm_param_count_per_layer(self) -> int:
         return 2 * self.hidden * (2 if self.bias else 1)
 
     @cached_property
-    def layer_params(self) -> int:
+    def layer_param_count(self) -> int:
         """Parameters of one transformer block."""
-        return self.attention_params + self.mlp_params + self.norm_params_per_layer
+        return self.attention_param_count + self.mlp_param_count + self.norm_param_count_per_layer
 
     @cached_property
-    def embedding_params(self) -> int:
+    def embedding_param_count(self) -> int:
         """Input token (and position) embedding table."""
         return self.vocab * self.hidden + self.position_embeddings * self.hidden
 
     @cached_property
-    def output_params(self) -> int:
+    def output_param_count(self) -> int:
         """Output projection (0 when tied to the input embedding) plus the final norm."""
         final_norm = self.hidden * (2 if self.bias else 1)
         return (0 if self.tied_embeddings else self.vocab * self.hidden) + final_norm
 
     @cached_property
-    def params(self) -> int:
+    def param_count(self) -> int:
         """Total parameter count."""
-        return self.layers * self.layer_params + self.embedding_params + self.output_params
+        return self.layers * self.layer_param_count + self.embedding_param_count + self.output_param_count
 
     @cached_property
-    def matmul_params(self) -> int:
+    def matmul_param_count(self) -> int:
         """Parameters that take part in a matrix multiply per token (the N of 6N): all but lookups and norms."""
-        blocks = self.layers * (self.attention_params + self.mlp_params)
+        blocks = self.layers * (self.attention_param_count + self.mlp_param_count)
         return blocks + self.vocab * self.hidden
 
 
@@ -145,9 +149,9 @@ class GpuSpec(_Spec):
     def peak_flops_for(self, precision: str) -> float:
         if precision not in self.peak_flops or self.peak_flops[precision] <= 0:
             known = ", ".join(sorted(self.peak_flops))
-            from optlayout.errors import OptlayoutError
+            from optlayout.errors import UnsupportedError
 
-            raise OptlayoutError(f"precision: {self.name} has no dense {precision} peak (known: {known})")
+            raise UnsupportedError(f"precision: {self.name} has no dense {precision} peak (known: {known})")
         return self.peak_flops[precision]
 
 
@@ -229,53 +233,3 @@ class JobSpec(_Spec):
         if self.global_batch_tokens is not None:
             return self.global_batch_tokens // self.seq_len
         return None
-
-
-class Layout(_Spec):
-    """How one training job is laid out over the GPUs."""
-
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    vp: PositiveInt = 1
-    cp: PositiveInt = 1
-    dp: PositiveInt = 1
-    micro_batch: PositiveInt = 1
-    grad_accum: PositiveInt = 1
-    sharding: Sharding = Sharding.none
-    recompute: Recompute = Recompute.none
-    sequence_parallel: bool = False
-    first_stage_layers: int | None = Field(None, ge=1, description="layers on the first pipeline stage (uneven split)")
-    last_stage_layers: int | None = Field(None, ge=1, description="layers on the last pipeline stage (uneven split)")
-
-    @model_validator(mode="after")
-    def _check(self) -> Layout:
-        if self.sequence_parallel and self.tp == 1:
-            raise ValueError("sequence_parallel needs tp > 1")
-        if self.vp > 1 and self.pp == 1:
-            raise ValueError("vp > 1 needs pp > 1")
-        if self.pp == 1 and (self.first_stage_layers or self.last_stage_layers):
-            raise ValueError("first_stage_layers/last_stage_layers need pp > 1")
-        return self
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
-
-    @property
-    def global_batch(self) -> int:
-        return self.micro_batch * self.grad_accum * self.dp
-
-    def short(self) -> str:
-        """Compact one-line form, also accepted by `parse_layout`."""
-        parts = [f"tp={self.tp}", f"pp={self.pp}"]
-        if self.vp > 1:
-            parts.append(f"vp={self.vp}")
-        parts += [f"cp={self.cp}", f"dp={self.dp}", f"mb={self.micro_batch}", f"ga={self.grad_accum}"]
-        parts += [f"sharding={self.sharding.value}", f"recompute={self.recompute.value}"]
-        if self.sequence_parallel:
-            parts.append("sp")
-        if self.first_stage_layers is not None:
-            parts.append(f"first={self.first_stage_layers}")
-        if self.last_stage_layers is not None:
-            parts.append(f"last={self.last_stage_layers}")
-        return ",".join(parts)

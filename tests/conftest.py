@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import settings
@@ -16,7 +18,19 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def require(module: str, why: str = "pip install '.[launchers]'") -> ModuleType:
+    """Import a module a test needs; skip with the reason when it is missing, but fail under CI=true (CI installs
+    every extra, so a missing module there is a broken install, never a silent skip)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        message = f"{module} is not importable ({exc}); {why}"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {message}", pytrace=False)
+        pytest.skip(message)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,15 +7,8 @@ import json
 import pytest
 
 from optlayout.cost import DEFAULT_PARAMS
-from optlayout.cost.memory import (
-    activation_bytes_per_layer,
-    chunk_layer_counts,
-    inflight_layers,
-    memory_per_gpu,
-    split_layers,
-    stage_layer_counts,
-    vp_fits,
-)
+from optlayout.cost.memory import activation_bytes_per_layer, inflight_layers, memory_per_gpu
+from optlayout.layout.stages import chunk_layer_counts, split_layers, stage_layer_counts, vp_fits
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
 # A GPT-style block as in the paper: MHA, 4h GeLU MLP, dropout, softmax materialized.
@@ -124,22 +117,23 @@ def test_calibration_layouts_state_is_what_was_run(shared_runs) -> None:
 
 @pytest.fixture
 def shared_runs():
-    from tests.conftest import SHARED
+    # id, GPU count and degrees of the 427 published dense runs (copied from shared/data/calibration_runs.jsonl)
+    from tests.conftest import FIXTURES
 
-    path = SHARED / "data" / "calibration_runs.jsonl"
+    path = FIXTURES / "runs" / "calibration_layouts.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_kv_heads_replicated_when_tp_exceeds_them() -> None:
     # Llama 3.1 8B: 8 kv heads of 128; at tp 16 each rank keeps one whole kv head (replicated), so its K and V
     # projections are 2 x 4096 x 128, not 2 x 4096 x 1024 / 16.
-    from optlayout.cost.memory import layer_params_per_rank
+    from optlayout.cost.memory import layer_param_count_per_rank
     from optlayout.presets import model_preset
 
     m = model_preset("llama3.1-8b")
     kv = 2 * 4096 * 1024
-    assert layer_params_per_rank(m, 8) == pytest.approx(m.layer_params / 8)  # 8 | 8 kv heads: plain split
-    assert layer_params_per_rank(m, 16) == pytest.approx((m.layer_params - kv) / 16 + 2 * 4096 * 128)
+    assert layer_param_count_per_rank(m, 8) == pytest.approx(m.layer_param_count / 8)  # 8 | 8 kv heads: plain split
+    assert layer_param_count_per_rank(m, 16) == pytest.approx((m.layer_param_count - kv) / 16 + 2 * 4096 * 128)
 
 
 def test_full_recompute_peak_holds_one_layer_being_recomputed() -> None:

@@ -103,7 +103,7 @@ def test_cli_attention_kernel_reaches_the_cost_model(capsys, monkeypatch) -> Non
 
 def test_library_with_calibrated_params_matches_the_cli_default(capsys, monkeypatch) -> None:
     from optlayout import calibrated_params, estimate_layout
-    from optlayout.layout_text import parse_layout
+    from optlayout.layout import parse_layout
     from tests.conftest import run_main
 
     args = [a for a in ESTIMATE if a not in ("--calibration", "none")]

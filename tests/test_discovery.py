@@ -10,7 +10,9 @@ import yaml
 from typer.testing import CliRunner
 
 from optlayout.cli import topology as topology_cli
-from optlayout.discovery import (
+from optlayout.errors import OptlayoutError
+from optlayout.topology import Topology, load_topology, topology_from_dict
+from optlayout.topology.discovery import (
     DiscoverOptions,
     discover,
     dump_topology,
@@ -18,8 +20,6 @@ from optlayout.discovery import (
     parse_nvidia_smi,
     parse_slurm,
 )
-from optlayout.errors import OptlayoutError
-from optlayout.topology import Topology, load_topology, topology_from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "discovery"
 

@@ -14,24 +14,29 @@ from hypothesis import strategies as st
 from optlayout.emit import (
     FORMATS,
     accelerate_config,
+    bridge_overrides,
     deepspeed_config,
     emit,
+    emit_notes,
     megatron_args,
     megatron_problems,
     torchtitan_config,
     torchtitan_overrides,
+    torchtitan_python,
 )
 from optlayout.emit.torchtitan import module_fqns
 from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout, parse_layout
+from optlayout.layout import format_layout, parse_layout
 from optlayout.presets import model_preset
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
-LLAMA70B = model_preset("llama3-70b")
+LLAMA70B = model_preset("llama3.1-70b")
 PLAN_70B = "tp=8,pp=4,vp=5,cp=1,dp=2,mb=1,ga=16,sharding=zero1,recompute=selective,sp"
 JOB_8K = JobSpec(seq_len=8192)
 
-# Llama 3 70B on 64 H100 (8 nodes x 8): what a user pastes after `pretrain_gpt.py`.
+# Llama 3.1 70B on 64 H100 (8 nodes x 8): what a user pastes after `pretrain_gpt.py`. The model flags are the
+# Hugging Face config's (RoPE base 500000, Llama 3.1 scaling factor 8, RMSNorm eps 1e-5); dropout off and 16-bit
+# gradient buffers are what the memory model counted (Megatron's defaults are 0.1 and fp32 main gradients).
 EXPECTED_70B = [
     "--tensor-model-parallel-size", "8",
     "--pipeline-model-parallel-size", "4",
@@ -55,9 +60,16 @@ EXPECTED_70B = [
     "--swiglu",
     "--normalization", "RMSNorm",
     "--disable-bias-linear",
+    "--norm-epsilon", "1e-05",
     "--position-embedding-type", "rope",
+    "--rotary-base", "500000",
+    "--use-rope-scaling",
+    "--rope-scaling-factor", "8",
     "--untie-embeddings-and-output-weights",
+    "--attention-dropout", "0.0",
+    "--hidden-dropout", "0.0",
     "--bf16",
+    "--grad-reduce-in-bf16",
 ]  # fmt: skip
 
 
@@ -137,13 +149,31 @@ def test_parse_layout_errors_name_the_key(text, needle):
 def test_megatron_llama3_70b_on_64_h100_exact_flags():
     assert _args(PLAN_70B) == EXPECTED_70B
     text = emit("megatron", LLAMA70B, JOB_8K, parse_layout(PLAN_70B))
-    assert "# world 64 = 8 node(s) x 8 GPUs" in text
-    assert "--nnodes 8 --nproc-per-node 8" in text
-    flag_lines = [line for line in text.splitlines() if not line.startswith("#")]
-    assert flag_lines[0] == "--tensor-model-parallel-size 8 \\"
-    assert flag_lines[-1] == "--bf16"
-    assert all(line.endswith(" \\") for line in flag_lines[:-1])
-    assert " ".join(line.removesuffix(" \\") for line in flag_lines).split() == EXPECTED_70B
+    lines = text.splitlines()
+    # flags only, one per line: `pretrain_gpt.py $(cat file)` splits this at white space into exactly the args
+    assert lines[0] == "--tensor-model-parallel-size 8" and lines[-1] == "--grad-reduce-in-bf16"
+    assert all(line.startswith("--") for line in lines) and text.split() == EXPECTED_70B
+    notes = emit_notes("megatron", LLAMA70B, JOB_8K, parse_layout(PLAN_70B))
+    assert "world 64 = 8 node(s) x 8 GPUs; rank order tp-cp-ep-dp-pp" in notes
+    assert any("--nnodes 8 --nproc-per-node 8" in n and "$(cat megatron_flags.txt)" in n for n in notes)
+
+
+def test_megatron_model_flags_follow_the_model():
+    # Llama 3 (not 3.1) has no RoPE scaling; 4-byte gradients keep Megatron's fp32 main grads (no flag), dropout on
+    # writes Megatron's 0.1 explicitly; an ALiBi model and an unexpressible RoPE scaling are refused by rule.
+    llama3 = model_preset("llama3-70b")
+    args = _args(PLAN_70B, model=llama3, job=JobSpec(seq_len=8192, grad_bytes_per_param=4, dropout=True))
+    assert "--use-rope-scaling" not in args and "--grad-reduce-in-bf16" not in args
+    assert args[args.index("--hidden-dropout") + 1] == "0.1" and args[args.index("--rotary-base") + 1] == "500000"
+    fp16 = _args("tp=8,dp=2", job=JobSpec(seq_len=4096, precision="fp16", grad_bytes_per_param=4))
+    assert "--accumulate-allreduce-grads-in-fp32" in fp16
+    with pytest.raises(OptlayoutError, match=r"position encoding in learned_absolute, rope.*broken: ALiBi"):
+        megatron_args(model_preset("mpt-7b"), JobSpec(seq_len=2048), parse_layout("tp=8"))
+    odd = LLAMA70B.model_copy(update={"rope_scaling": LLAMA70B.rope_scaling.model_copy(update={"high_freq_factor": 2})})
+    with pytest.raises(OptlayoutError, match="--use-rope-scaling fixes low_freq_factor 1, high_freq_factor 4"):
+        _args(PLAN_70B, model=odd)
+    with pytest.raises(OptlayoutError, match="grad_bytes_per_param 3 is neither 2"):
+        _args(PLAN_70B, job=JobSpec(seq_len=8192, grad_bytes_per_param=3))
 
 
 def test_megatron_job_batch_checked_against_layout():
@@ -222,7 +252,8 @@ def test_megatron_interleaves_llama3_405b_stages_of_7_and_8_layers_with_a_layout
     assert stages[1:-1] == ["t"] * 126
     for flag in ("--decoder-first-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank"):
         assert flag not in args
-    doc = tomllib.loads(emit("torchtitan", model_preset("llama3-405b"), JOB_8K, layout))
+    zero1 = layout.model_copy(update={"sharding": Sharding.zero1})  # v0.2.2 runs no DDP beside PP
+    doc = tomllib.loads(emit("torchtitan", model_preset("llama3.1-405b"), JOB_8K, zero1, torchtitan_version="0.2.2"))
     parts = doc["parallelism"]["module_fqns_per_model_part"]
     assert parts[0] == ["tok_embeddings"] and parts[-1] == ["norm", "output"] and len(parts) == 128
     # a rank with fewer layers than chunks leaves empty virtual stages: Megatron takes them, torchtitan does not
@@ -231,11 +262,10 @@ def test_megatron_interleaves_llama3_405b_stages_of_7_and_8_layers_with_a_layout
     tiny_args = megatron_args(tiny, JOB_8K, thin)
     assert "||" in tiny_args[tiny_args.index("--pipeline-model-parallel-layout") + 1]
     with pytest.raises(OptlayoutError, match=r"virtual stages \[.*\] would hold no module"):
-        emit("torchtitan", tiny, JOB_8K, thin)
-    # the pasteable text quotes the `|`s, so a shell reads the flags back unchanged
+        torchtitan_config(LLAMA70B, JOB_8K, parse_layout("pp=4,vp=3,dp=1,ga=4,first=1,last=1"))
+    # the text passes through $(cat file) unchanged: the `|`s need no quotes there (no shell re-parses them)
     text = emit("megatron", model_preset("llama3-405b"), JOB_8K, layout)
-    flags = [line.removesuffix("\\") for line in text.splitlines() if not line.startswith("#")]
-    assert shlex.split(" ".join(flags)) == args
+    assert text.split() == args and shlex.split(text) == args
 
 
 def test_megatron_sharding_and_recompute_flags():
@@ -265,7 +295,7 @@ def test_megatron_torch_fsdp2_forbids_pp():
 
 def test_megatron_precision_order_and_model_flags():
     fp8 = _args("tp=8,dp=2", job=JobSpec(seq_len=4096, precision="fp8"))
-    assert fp8[-3:] == ["--bf16", "--fp8-format", "hybrid"]
+    assert fp8[-4:] == ["--bf16", "--fp8-format", "hybrid", "--grad-reduce-in-bf16"]
     assert _args("tp=8,dp=2", job=JobSpec(seq_len=4096, precision="fp16"))[-1] == "--fp16"
     assert "--use-tp-pp-dp-mapping" in _args("tp=8,pp=2,dp=2,ga=4", order="tp-cp-ep-pp-dp")
     gpt3 = model_preset("gpt3-175b")
@@ -279,14 +309,19 @@ def test_megatron_precision_order_and_model_flags():
 # ---------------------------------------------------------------- torchtitan
 
 
-def test_torchtitan_toml_parses_and_holds_the_plan():
-    text = emit("torchtitan", LLAMA70B, JOB_8K, parse_layout(PLAN_70B))
-    doc = tomllib.loads(text)
+def _toml(text: str, job: JobSpec = JOB_8K, model: ModelSpec = LLAMA70B, **kw) -> dict:
+    return tomllib.loads(emit("torchtitan", model, job, parse_layout(text), torchtitan_version="0.2.2", **kw))
+
+
+def test_torchtitan_toml_is_a_complete_v022_config():
+    doc = _toml(PLAN_70B)
+    assert doc["model"] == {"name": "llama3", "flavor": "70B", "hf_assets_path": "./assets/hf/Llama-3.1-70B"}
     par, train, ac = doc["parallelism"], doc["training"], doc["activation_checkpoint"]
     assert par["tensor_parallel_degree"] == 8
     assert par["pipeline_parallel_degree"] == 4
     assert par["context_parallel_degree"] == 1
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 2)
+    assert par["fsdp_reshard_after_forward"] == "never"  # zero1 -> FSDP kept gathered after forward
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert par["pipeline_parallel_microbatch_size"] == 1
     assert par["pipeline_parallel_layers_per_stage"] == 4
@@ -295,41 +330,77 @@ def test_torchtitan_toml_parses_and_holds_the_plan():
         "global_batch_size": 32,
         "seq_len": 8192,
         "mixed_precision_param": "bfloat16",
+        "enable_cpu_offload": False,
     }
     assert ac == {"mode": "selective", "selective_ac_option": "op"}
+    assert doc["compile"] == {"enable": False}
     dp, lbs, gbs = 2, train["local_batch_size"], train["global_batch_size"]
     assert gbs // (lbs * dp) == 1 and lbs // par["pipeline_parallel_microbatch_size"] == 16  # 16 pipeline micro-batches
 
 
+def test_torchtitan_names_only_its_own_flavors():
+    # torchtitan's llama3 flavors are Llama 3.1 (RoPE scaling): Llama 3 70B has the shape but not the positions
+    with pytest.raises(OptlayoutError, match="has the 70B flavor's shape but RoPE other than base 500000"):
+        _toml(PLAN_70B, model=model_preset("llama3-70b"))
+    with pytest.raises(OptlayoutError, match="is none of torchtitan's llama3 flavors"):
+        _toml("tp=8,dp=2", model=model_preset("qwen2.5-72b"))
+    assert _toml("tp=8,dp=4,sharding=fsdp", model=model_preset("llama3.1-405b"))["model"]["flavor"] == "405B"
+    with pytest.raises(OptlayoutError, match="llama3 has no dropout"):
+        _toml(PLAN_70B, job=JobSpec(seq_len=8192, dropout=True))
+
+
+def test_torchtitan_v022_refuses_ddp_beside_tp_and_pp_which_030_runs_as_hsdp():
+    for text in ("tp=8,dp=8,sharding=none", "pp=4,dp=16,ga=8,sharding=none"):
+        with pytest.raises(OptlayoutError, match=r"v0.2.2 rule DDP with no other parallelism broken"):
+            _toml(text)
+    code = torchtitan_python(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=8,mb=2,ga=4,recompute=full"))
+    assert "data_parallel_replicate_degree=8," in code and "data_parallel_shard_degree=1," in code
+    assert _toml("dp=8,sharding=none")["parallelism"]["data_parallel_replicate_degree"] == 8  # plain DDP is fine
+    cp = _toml("tp=8,cp=2,dp=4,sharding=none")["parallelism"]  # FSDP over cp: no DDP, no error
+    assert (cp["data_parallel_replicate_degree"], cp["data_parallel_shard_degree"]) == (4, 1)
+
+
 def test_torchtitan_without_pp_accumulates_through_global_batch():
-    cfg = torchtitan_config(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=8,mb=2,ga=4,recompute=full"))
+    cfg = torchtitan_config(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=8,mb=2,ga=4,recompute=full"), version="0.3.0")
     assert cfg["training"]["local_batch_size"] == 2
     assert cfg["training"]["global_batch_size"] == 64  # 64 / (2 * 8) = 4 accumulation steps
     assert cfg["parallelism"]["data_parallel_replicate_degree"] == 8
-    assert "pipeline_parallel_schedule" not in cfg["parallelism"]
+    assert "pipeline_parallel_schedule" not in cfg["parallelism"] and "disable_cuda_graphs" not in cfg["training"]
     assert cfg["activation_checkpoint"] == {"mode": "full"}
+
+
+def test_torchtitan_030_python_recipe():
+    code = torchtitan_python(LLAMA70B, JobSpec(seq_len=8192, precision="fp8"), parse_layout(PLAN_70B))
+    compile(code, "optlayout_job.py", "exec")
+    assert "config = llama3_70b()" in code
+    assert 'model_registry("70B", converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"]' in code
+    assert "config.training.disable_cuda_graphs = True" in code  # 0.3.0 refuses CUDA graphs with PP
+    assert "enable_sequence_parallel=True," in code and "config.activation_checkpoint = SelectiveAC.Config()" in code
+    assert "config.compile = CompileConfig(enable=True)" in code
+    assert emit("torchtitan", LLAMA70B, JOB_8K, parse_layout(PLAN_70B)).startswith('"""optlayout: Llama 3.1 70B')
 
 
 def test_torchtitan_overrides_and_fp8():
     tokens = torchtitan_overrides(LLAMA70B, JobSpec(seq_len=8192, precision="fp8"), parse_layout(PLAN_70B))
     pairs = dict(zip(tokens[::2], tokens[1::2], strict=True))
+    assert pairs["--model.flavor"] == "70B"
     assert pairs["--parallelism.tensor_parallel_degree"] == "8"
     assert pairs["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert pairs["--training.local_batch_size"] == "16"
     assert pairs["--model.converters"] == "quantize.linear.float8"
-    text = emit("torchtitan", LLAMA70B, JOB_8K, parse_layout(PLAN_70B), overrides=True)
-    assert text.startswith("--parallelism.data_parallel_replicate_degree 1 ")
-    fp8_doc = tomllib.loads(
-        emit("torchtitan", LLAMA70B, JobSpec(seq_len=8192, precision="fp8"), parse_layout(PLAN_70B))
-    )
+    text = emit("torchtitan", LLAMA70B, JOB_8K, parse_layout(PLAN_70B), overrides=True, torchtitan_version="0.2.2")
+    assert text.startswith("--model.name llama3 --model.flavor 70B ")
+    fp8_doc = _toml(PLAN_70B, job=JobSpec(seq_len=8192, precision="fp8"))
     assert fp8_doc["model"]["converters"] == ["quantize.linear.float8"]
     assert fp8_doc["quantize"]["linear"]["float8"]["filter_fqns"] == ["output"]
+    with pytest.raises(OptlayoutError, match=r"only torchtitan 0.2.2 takes --section.key overrides"):
+        emit("torchtitan", LLAMA70B, JOB_8K, parse_layout(PLAN_70B), overrides=True)
 
 
 def test_torchtitan_uneven_split_lists_modules():
-    layout = parse_layout("tp=8,pp=4,vp=2,dp=2,ga=16,first=18,last=18")
-    doc = tomllib.loads(emit("torchtitan", LLAMA70B, JOB_8K, layout))
-    parts = doc["parallelism"]["module_fqns_per_model_part"]
+    text = "tp=8,pp=4,vp=2,dp=2,ga=16,first=18,last=18,sharding=fsdp"
+    layout = parse_layout(text)
+    parts = _toml(text)["parallelism"]["module_fqns_per_model_part"]
     assert len(parts) == 8
     assert parts[0][:2] == ["tok_embeddings", "layers.0"] and len(parts[0]) == 1 + 9
     assert parts[-1][-2:] == ["norm", "output"] and len(parts[-1]) == 9 + 2
@@ -338,46 +409,68 @@ def test_torchtitan_uneven_split_lists_modules():
     with pytest.raises(OptlayoutError, match="module_fqns_per_model_part"):
         torchtitan_overrides(LLAMA70B, JOB_8K, layout)
     assert module_fqns([2, 1]) == [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "norm", "output"]]
+    assert module_fqns([2, 1], output="lm_head")[-1] == ["layers.2", "norm", "lm_head"]  # 0.3.0's name
 
 
-def test_torchtitan_refuses_fp16_and_bad_interleave():
+def test_torchtitan_refuses_fp16_bad_interleave_and_zero2_with_16_bit_gradients():
     with pytest.raises(OptlayoutError, match="fp16"):
         torchtitan_config(LLAMA70B, JobSpec(seq_len=8192, precision="fp16"), parse_layout("tp=8"))
     with pytest.raises(OptlayoutError, match="Interleaved1F1B"):
         torchtitan_config(LLAMA70B, JOB_8K, parse_layout("tp=8,pp=4,vp=2,dp=2,ga=9"))
+    # FSDP2 keeps fp32 gradients: zero2 over 8 ranks holds 2 + 16/8 = 4 B/param where the plan counted 2 + 14/8
+    with pytest.raises(OptlayoutError, match=r"FSDP2 keeps 4.00 B/param.*the plan counted 3.75 for zero2"):
+        torchtitan_config(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=8,sharding=zero2"))
+    four = JobSpec(seq_len=8192, grad_bytes_per_param=4)
+    assert torchtitan_config(LLAMA70B, four, parse_layout("tp=8,dp=8,sharding=zero2"))["parallelism"]
 
 
-# ---------------------------------------------------------------- DeepSpeed, Accelerate
+# ---------------------------------------------------------------- DeepSpeed, Accelerate, Megatron-Bridge
 
 
 @settings(max_examples=60, deadline=None)
 @given(layouts)
 def test_deepspeed_json_holds_batch_identity(layout):
     job = JobSpec(seq_len=4096, global_batch=layout.global_batch)
-    if layout.pp > 1 and layout.sharding in (Sharding.zero2, Sharding.fsdp):
-        with pytest.raises(OptlayoutError, match=r"zero_optimization.stage < 2 with pipeline parallelism"):
+    refusal = (
+        "context parallelism" if layout.cp > 1
+        else "zero_optimization.stage < 2 with pipeline parallelism" if layout.pp > 1 and layout.sharding in (
+            Sharding.zero2, Sharding.fsdp)
+        else "needs Megatron-DeepSpeed's model-parallel unit" if layout.pp > 1 and layout.tp > 1
+        else None
+    )  # fmt: skip
+    if refusal:
+        with pytest.raises(OptlayoutError, match=refusal):
             deepspeed_config(LLAMA70B, job, layout, gpus_per_node=1)
         return
     doc = json.loads(emit("deepspeed", LLAMA70B, job, layout, gpus_per_node=1))
-    assert doc["train_batch_size"] == (
-        doc["train_micro_batch_size_per_gpu"] * doc["gradient_accumulation_steps"] * layout.dp
-    )
-    assert doc["train_batch_size"] == layout.global_batch
+    # DeepSpeed's own check, with its world size: every rank when no mpu hands it the data-parallel size (AutoTP),
+    # dp when a PipelineModule's grid does; train_batch_size is written only where it equals micro x ga x that
+    world = layout.gpus if layout.pp == 1 else layout.dp
+    micro, ga = doc["train_micro_batch_size_per_gpu"], doc["gradient_accumulation_steps"]
+    assert doc.get("train_batch_size", micro * ga * world) == micro * ga * world
+    assert micro * ga * layout.dp == layout.global_batch
+    assert ("train_batch_size" in doc) == (layout.tp == 1)
+    assert doc.get("tensor_parallel") == ({"autotp_size": layout.tp} if layout.tp > 1 else None)
     assert doc["zero_optimization"]["stage"] == {"none": 0, "zero1": 1, "zero2": 2, "fsdp": 3}[layout.sharding.value]
-    assert doc["bf16"] == {"enabled": True}
+    assert doc["bf16"] == {"enabled": True} and doc["data_types"] == {"grad_accum_dtype": "bf16"}
     assert ("activation_checkpointing" in doc) == (layout.recompute is not Recompute.none)
 
 
-def test_deepspeed_precision():
+def test_deepspeed_precision_and_notes():
     cfg = deepspeed_config(LLAMA70B, JobSpec(seq_len=4096, precision="fp16"), parse_layout("tp=8,dp=4,ga=2"))
-    assert cfg["fp16"] == {"enabled": True} and "bf16" not in cfg
+    assert cfg["fp16"] == {"enabled": True} and "bf16" not in cfg and cfg["data_types"]["grad_accum_dtype"] == "fp16"
     with pytest.raises(OptlayoutError, match="fp8"):
         deepspeed_config(LLAMA70B, JobSpec(seq_len=4096, precision="fp8"), parse_layout("tp=8"))
+    with pytest.raises(OptlayoutError, match="ZeRO stage 0 accumulates gradients in the model's bf16"):
+        deepspeed_config(LLAMA70B, JobSpec(seq_len=4096, grad_bytes_per_param=4), parse_layout("dp=8"))
+    notes = emit_notes("deepspeed", LLAMA70B, JOB_8K, parse_layout("pp=4,dp=2,ga=8,sharding=zero1"))
+    assert any("PipelineModule(layers, num_stages=4" in n for n in notes)
 
 
 def test_accelerate_yaml_parses_and_holds_the_plan():
     layout = parse_layout("tp=8,cp=2,dp=4,mb=1,ga=8,sharding=fsdp,recompute=full")
-    doc = yaml.safe_load(emit("accelerate", LLAMA70B, JOB_8K, layout))
+    hosts = [f"node{i}" for i in range(8)]
+    doc = yaml.safe_load(emit("accelerate", LLAMA70B, JOB_8K, layout, hostnames=hosts))
     assert doc["distributed_type"] == "FSDP"
     assert doc["fsdp_config"]["fsdp_version"] == 2
     assert doc["fsdp_config"]["fsdp_reshard_after_forward"] is True
@@ -389,10 +482,11 @@ def test_accelerate_yaml_parses_and_holds_the_plan():
         "parallelism_config_cp_size": 2,
     }
     assert (doc["num_machines"], doc["num_processes"], doc["mixed_precision"]) == (8, 64, "bf16")
-    zero2 = accelerate_config(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=2,sharding=zero2"))
-    assert zero2["fsdp_config"]["fsdp_reshard_after_forward"] is False
+    assert (doc["main_process_ip"], doc["main_process_port"]) == ("node0", 29500)
+    zero1 = accelerate_config(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=2,sharding=zero1"), hostnames=["a", "b"])
+    assert zero1["fsdp_config"]["fsdp_reshard_after_forward"] is False
     ddp = accelerate_config(LLAMA70B, JOB_8K, parse_layout("dp=8"))
-    assert ddp["distributed_type"] == "MULTI_GPU" and "fsdp_config" not in ddp
+    assert ddp["distributed_type"] == "MULTI_GPU" and "fsdp_config" not in ddp and "main_process_ip" not in ddp
 
 
 def test_accelerate_rules():
@@ -400,28 +494,59 @@ def test_accelerate_rules():
         accelerate_config(LLAMA70B, JOB_8K, parse_layout("tp=8,pp=2,dp=2,sharding=fsdp"))
     with pytest.raises(OptlayoutError, match="tp/cp > 1 needs dp_shard_size > 1 when dp_replicate_size > 1"):
         accelerate_config(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=2"))
+    with pytest.raises(OptlayoutError, match="a 2-node config needs main_process_ip: give the 2 node hostnames"):
+        accelerate_config(LLAMA70B, JOB_8K, parse_layout("tp=8,dp=2,sharding=fsdp"))
+
+
+def test_megatron_bridge_overrides_start_from_the_model_recipe():
+    out = bridge_overrides(LLAMA70B, JOB_8K, parse_layout(PLAN_70B))
+    assert out[:5] == [
+        "model.tensor_model_parallel_size=8",
+        "model.pipeline_model_parallel_size=4",
+        "model.virtual_pipeline_model_parallel_size=5",
+        "model.context_parallel_size=1",
+        "model.sequence_parallel=true",
+    ]
+    for item in ("train.global_batch_size=32", "ddp.use_distributed_optimizer=true", "model.hidden_dropout=0.0",
+                 "mixed_precision.grad_reduce_in_fp32=false", "comm_overlap.tp_comm_overlap=false"):  # fmt: skip
+        assert item in out
+    notes = emit_notes("megatron-bridge", LLAMA70B, JOB_8K, parse_layout(PLAN_70B))
+    assert any("--recipe llama31_70b_pretrain_config $(cat overrides.txt)" in n for n in notes)
+    big = bridge_overrides(model_preset("llama3.1-405b"), JOB_8K, parse_layout("tp=8,pp=16,vp=8,dp=8,ga=16"))
+    assert any(o.startswith("model.pipeline_model_parallel_layout='E|t|") and o.endswith("|L'") for o in big)
+    with pytest.raises(OptlayoutError, match="names its mixed precision 'bf16_mixed'"):
+        bridge_overrides(model_preset("llama3.1-8b"), JOB_8K, parse_layout("tp=2,dp=4"))
+    eight = bridge_overrides(model_preset("llama3.1-8b"), JobSpec(seq_len=8192, grad_bytes_per_param=4),
+                             parse_layout("tp=2,dp=4,sharding=fsdp"))  # fmt: skip
+    assert "ddp.data_parallel_sharding_strategy=optim_grads_params" in eight and "ddp.use_megatron_fsdp=true" in eight
+    with pytest.raises(OptlayoutError, match=r"no megatron-bridge 0.3.1 pretraining recipe builds GPT-3 175B"):
+        bridge_overrides(model_preset("gpt3-175b"), JobSpec(seq_len=2048), parse_layout("tp=8,pp=8,dp=2,ga=8"))
 
 
 # ---------------------------------------------------------------- dispatcher
+
+HOSTS = ["n0", "n1"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_emits_text_and_checks_the_batch(fmt):
     layout = parse_layout("tp=8,dp=2,ga=4,sharding=fsdp,recompute=selective,sp")
-    text = emit(fmt, LLAMA70B, JOB_8K, layout)
+    text = emit(fmt, LLAMA70B, JOB_8K, layout, hostnames=HOSTS)
     assert text.endswith("\n") and len(text) > 40
     with pytest.raises(OptlayoutError, match="global_batch"):
-        emit(fmt, LLAMA70B, JobSpec(seq_len=8192, global_batch=7), layout)
+        emit(fmt, LLAMA70B, JobSpec(seq_len=8192, global_batch=7), layout, hostnames=HOSTS)
 
 
 def test_emit_rejects_unknown_format_and_misplaced_overrides():
     layout = parse_layout("tp=8")
     with pytest.raises(OptlayoutError, match="format: unknown 'nemo'"):
         emit("nemo", LLAMA70B, JOB_8K, layout)
-    with pytest.raises(OptlayoutError, match="only the torchtitan format"):
+    with pytest.raises(OptlayoutError, match=r"only torchtitan 0.2.2"):
         emit("megatron", LLAMA70B, JOB_8K, layout, overrides=True)
     with pytest.raises(OptlayoutError, match="not a multiple of gpus_per_node"):
         emit("megatron", LLAMA70B, JOB_8K, parse_layout("tp=8,dp=3"), gpus_per_node=16)
+    with pytest.raises(OptlayoutError, match=r"torchtitan-version: one of 0.2.2, 0.3.0"):
+        emit("torchtitan", LLAMA70B, JOB_8K, layout, torchtitan_version="0.1")
 
 
 def test_ranks_format_with_hostnames():
@@ -456,11 +581,11 @@ def test_cli_emits_megatron_flags():
     from typer.testing import CliRunner
 
     result = CliRunner().invoke(
-        _app(), ["emit", "--format", "megatron", "--model", "llama3-70b", "--layout", PLAN_70B, "--seq-len", "8192"]
+        _app(), ["emit", "--format", "megatron", "--model", "llama3.1-70b", "--layout", PLAN_70B, "--seq-len", "8192"]
     )
     assert result.exit_code == 0, result.output
-    flags = [line for line in result.output.splitlines() if not line.startswith("#")]
-    assert " ".join(line.removesuffix(" \\") for line in flags).split() == EXPECTED_70B
+    assert result.stdout.split() == EXPECTED_70B  # the notes go to stderr
+    assert "# world 64 = 8 node(s) x 8 GPUs" in result.stderr
 
 
 def test_cli_model_config_and_errors(tmp_path):
@@ -469,10 +594,13 @@ def test_cli_model_config_and_errors(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "vocab_size": 128256, "hidden_act": "silu",
+        "num_key_value_heads": 8, "vocab_size": 128256, "hidden_act": "silu", "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
     }))  # fmt: skip
     out = tmp_path / "job.toml"
-    base = ["emit", "--format", "torchtitan", "--model-config", str(config), "--seq-len", "4096"]
+    base = ["emit", "--format", "torchtitan", "--torchtitan-version", "0.2.2", "--model-config", str(config)]
+    base += ["--seq-len", "4096"]
     result = CliRunner().invoke(_app(), [*base, "--layout", "tp=4,pp=2,dp=1,ga=8", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert tomllib.loads(out.read_text())["parallelism"]["pipeline_parallel_layers_per_stage"] == 16

@@ -10,16 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optlayout import reliability as rel
-from optlayout.api import estimate_run, solve
+from optlayout.conditions import reliability as rel
+from optlayout.conditions.goodput import GoodputModel, checkpoint_state, failure_spec, storage_spec
+from optlayout.conditions.stragglers import with_straggler
 from optlayout.cost import CostParams, usable_memory_bytes
 from optlayout.errors import OptlayoutError
-from optlayout.goodput import GoodputModel, checkpoint_state, failure_spec, storage_spec, with_straggler
+from optlayout.planning import estimate_run, solve
 from optlayout.presets import model_preset
+from optlayout.solver.candidates import CostTable
 from optlayout.solver.cpsat import Limits
 from optlayout.solver.oracle import oracle_ranking
 from optlayout.solver.space import SpaceOptions, enumerate_layouts
-from optlayout.solver.tables import CostTable
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
 from optlayout.topology import topology_from_cluster
 from tests.conftest import run_main
@@ -58,7 +59,7 @@ def test_unique_state_is_the_same_for_every_layout(case) -> None:
         return
     job = JobSpec(seq_len=256, global_batch=64)
     state = checkpoint_state(model, job, layout, per_node)
-    assert state.unique_bytes == pytest.approx(model.params * 14, rel=1e-12)
+    assert state.unique_bytes == pytest.approx(model.param_count * 14, rel=1e-12)
     assert state.nodes == math.ceil(layout.gpus / per_node)
     assert state.largest_node_bytes >= state.unique_bytes / state.nodes * (1 - 1e-12)
 
@@ -88,7 +89,7 @@ def test_even_stages_write_like_the_reliability_module() -> None:
     storage = storage_spec(write_Bps=50 * GB, per_node_write_Bps=2 * GB)
     gm = GoodputModel(model, job, failure_spec(mtbf_s=10 * HOUR, restart_s=0), storage, 8)
     est = gm.estimate(Layout(dp=64, grad_accum=2, sharding="zero1"))
-    assert est.write_s == pytest.approx(rel.checkpoint_write_s(model.params * 14, 50 * GB, 2 * GB, 8))
+    assert est.write_s == pytest.approx(rel.checkpoint_write_s(model.param_count * 14, 50 * GB, 2 * GB, 8))
     assert est.write_s == pytest.approx(7.03, abs=0.01) and est.checkpoint_s == est.write_s
     # young: tau = sqrt(2 x 7.03 x 36000) = 711 s; fraction 1 - sqrt(2 x 7.03 / 36000) = 0.9802
     assert est.interval_s == pytest.approx(math.sqrt(2 * est.checkpoint_s * 10 * HOUR))

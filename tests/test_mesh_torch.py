@@ -6,7 +6,7 @@ import pytest
 
 from optlayout.emit.mesh import build_device_mesh, mesh_code, mesh_dims, mesh_groups
 from optlayout.emit.ranks import rank_map
-from optlayout.layout_text import parse_layout
+from optlayout.layout import parse_layout
 
 torch = pytest.importorskip("torch")  # the only skip: with torch installed these tests must run
 

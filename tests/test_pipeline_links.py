@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optlayout import solve
-from optlayout.api import estimate_layout
+from optlayout import estimate_layout, solve
 from optlayout.cost import DEFAULT_PARAMS, group_links
 from optlayout.presets import model_preset
 from optlayout.specs import JobSpec, Layout

@@ -6,12 +6,12 @@ out-of-sample checks of the ordering, the thing a layout optimizer must get righ
 
 from __future__ import annotations
 
-from optlayout.api import estimate_layout, solve
-from optlayout.layout_text import parse_layout
-from optlayout.runs.calibrate import load_profile, shipped_profile_path
+from optlayout.layout import parse_layout
+from optlayout.planning import estimate_layout, solve
+from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
 from optlayout.specs import JobSpec
 
-PROFILE = load_profile(shipped_profile_path())
+PROFILE = load_calibration(shipped_calibration_path())
 A100 = PROFILE.params_for("a100-80gb", "bf16")
 
 A100_512 = "gpu=a100-80gb,gpus=512,gpus_per_node=8,inter_node_gbps_per_gpu=200"

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize
 
-from optlayout import reliability as rel
+from optlayout.conditions import reliability as rel
+from optlayout.conditions import stragglers
 from optlayout.errors import OptlayoutError
 from tests.conftest import run_main
 
@@ -244,30 +245,30 @@ def test_llama3_effective_training_time_over_90_percent():
 
 
 def test_straggler_step_time():
-    assert rel.straggler_step_time_s(2.0, 1.25) == pytest.approx(2.5)
-    assert rel.straggler_step_time_s(2.0, [1.0, 1.05, 1.3]) == pytest.approx(2.6)
+    assert stragglers.straggler_step_time_s(2.0, 1.25) == pytest.approx(2.5)
+    assert stragglers.straggler_step_time_s(2.0, [1.0, 1.05, 1.3]) == pytest.approx(2.6)
     with pytest.raises(OptlayoutError):
-        rel.straggler_step_time_s(2.0, 0.9)
+        stragglers.straggler_step_time_s(2.0, 0.9)
 
 
 def test_expected_max_of_normals():
     # Known closed forms: n = 2 -> 1/sqrt(pi) = 0.56419; n = 3 -> 3/(2 sqrt(pi)) = 0.84628
-    assert rel.expected_max_standard_normal(1) == 0.0
-    assert rel.expected_max_standard_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-7)
-    assert rel.expected_max_standard_normal(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-7)
+    assert stragglers.expected_max_standard_normal(1) == 0.0
+    assert stragglers.expected_max_standard_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-7)
+    assert stragglers.expected_max_standard_normal(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-7)
     # 16384 ranks: Monte Carlo of 2000 draws gives 3.975 +- 0.01
-    assert rel.expected_max_standard_normal(16384) == pytest.approx(3.97, abs=0.02)
+    assert stragglers.expected_max_standard_normal(16384) == pytest.approx(3.97, abs=0.02)
     # sigma = 5% jitter on 2 ranks: 1 + 0.05 x 0.56419 = 1.02821
-    assert rel.expected_max_slowdown(2, 0.05) == pytest.approx(1.02821, abs=1e-5)
-    values = [rel.expected_max_slowdown(n, 0.02) for n in (1, 8, 64, 1024, 16384)]
+    assert stragglers.expected_max_slowdown(2, 0.05) == pytest.approx(1.02821, abs=1e-5)
+    values = [stragglers.expected_max_slowdown(n, 0.02) for n in (1, 8, 64, 1024, 16384)]
     assert values == sorted(values)
 
 
 def test_bernoulli_stragglers():
     # p = 0.001, 1000 ranks, 1.5x: 1 + 0.5 x (1 - 0.999^1000) = 1 + 0.5 x 0.63230 = 1.31615
-    assert rel.expected_max_slowdown_bernoulli(1000, 0.001, 1.5) == pytest.approx(1.31615, abs=1e-5)
-    assert rel.expected_max_slowdown_bernoulli(10, 1.0, 1.5) == 1.5
-    assert rel.expected_max_slowdown_bernoulli(10, 0.0, 1.5) == 1.0
+    assert stragglers.expected_max_slowdown_bernoulli(1000, 0.001, 1.5) == pytest.approx(1.31615, abs=1e-5)
+    assert stragglers.expected_max_slowdown_bernoulli(10, 1.0, 1.5) == 1.5
+    assert stragglers.expected_max_slowdown_bernoulli(10, 0.0, 1.5) == 1.0
 
 
 # --- CLI ----------------------------------------------------------------------------------------------

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from optlayout.api import solve
 from optlayout.errors import OptlayoutError
-from optlayout.plan import Plan
-from optlayout.replan import layout_changes, replan
+from optlayout.planning import layout_changes, replan, solve
+from optlayout.planning.plan import Plan
 from optlayout.specs import JobSpec, Layout, ModelSpec
 from tests.conftest import run_main
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optlayout.api import solve
 from optlayout.errors import OptlayoutError
+from optlayout.planning import solve
 from optlayout.report import compare_report_html, plan_report_html, write_report
 from optlayout.report.compare_report import competition_ranks
 from optlayout.report.plan_report import placement

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from optlayout.cost import Prediction
+from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
 from optlayout.errors import OptlayoutError
 from optlayout.presets import model_preset
-from optlayout.runs.calibrate import load_profile
-from optlayout.runs.compare import pairwise_order
+from optlayout.runs.calibrate import load_calibration
+from optlayout.runs.compare import compare_runs, pairwise_order
 from optlayout.runs.logs import append_run, measure_megatron, measure_torchtitan, run_from_log, run_layout
 from optlayout.runs.predict import RunPrediction, predict_run
 from optlayout.runs.records import LAYOUT_FIELDS, RunJob, RunLayout, RunRecord, read_runs
@@ -185,7 +185,7 @@ def test_calibrate_writes_a_profile_that_changes_predictions(cli, tmp_path, comp
     profile_path = tmp_path / "profile.yaml"
     proc = cli("calibrate", str(RUNS_JSONL), "-o", str(profile_path), "--json")
     assert proc.returncode == 0, proc.stderr
-    profile = load_profile(profile_path)
+    profile = load_calibration(profile_path)
     cv = profile.report["cross_validated_by_source"]
     sources = {raw["source"] for raw in _raw_runs().values()}
     assert set(cv["per_source"]) == sources and len(sources) >= 2
@@ -344,7 +344,7 @@ def test_a_run_over_memory_is_predicted_and_marked_a_memory_model_miss():
     """No completion of the pinned layout fits: 16 B/param x 8.03B parameters = 128.5 GB of training state on
     every GPU (no sharding, tp = pp = 1) against 80 GiB. It ran, so it is predicted anyway (before: a NaN
     capacity crashed the solver) and marked."""
-    from optlayout.api import estimate_layout
+    from optlayout import estimate_layout
     from optlayout.runs.predict import run_job
 
     record = read_runs(OVER_MEMORY)[0]
@@ -352,7 +352,7 @@ def test_a_run_over_memory_is_predicted_and_marked_a_memory_model_miss():
     assert pred.memory_model_miss and not pred.prediction.fits
     memory = pred.prediction.memory
     state = memory["weights_bytes"] + memory["gradients_bytes"] + memory["optimizer_bytes"]
-    assert state == pytest.approx(16 * record.model.params)
+    assert state == pytest.approx(16 * record.model.param_count)
     assert pred.layout == Layout(cp=2, dp=4, micro_batch=1, grad_accum=32)
     cluster = parse_cluster_shorthand("gpu=h100-sxm,gpus=8")
     assert pred.prediction == estimate_layout(record.model, cluster, run_job(record), pred.layout)
@@ -375,3 +375,112 @@ def test_compare_with_a_run_over_memory_reports_it_in_table_json_and_report(cli,
     code, out, err = run_main(capsys, monkeypatch, "compare", str(OVER_MEMORY), "--no-rank")
     assert code == 0, err
     assert "(over memory)" in out and "memory-model miss for 1 run" in out
+
+
+def test_megatron_log_states_its_run():
+    # the argument dump of the fixture: seq_length 8192, global_batch_size 128, world_size 8, cp 2 x dp 4, mbs 1,
+    # distributed optimizer, no recompute, bf16; Llama 3.1 8B's shape but no vocabulary (the tokenizer sets it)
+    from optlayout.runs.logs import megatron_facts
+
+    facts = megatron_facts(MEGATRON_LOG.read_text())
+    assert (facts.seq_len, facts.global_batch, facts.gpus, facts.precision) == (8192, 128, 8, "bf16")
+    assert facts.layout == {"tp": 1, "pp": 1, "cp": 2, "dp": 4, "micro_batch": 1, "vp": 1,
+                            "sequence_parallel": False, "sharding": "zero1", "recompute": "none"}  # fmt: skip
+    shape = {k: facts.model[k] for k in ("layers", "hidden", "ffn", "heads", "kv_heads")}
+    assert shape == {"layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8}
+    assert "vocab" not in facts.model
+    # Megatron reports the tokenizer's vocabulary when it pads it: then the log holds the whole model
+    padded = MEGATRON_LOG.read_text().replace(
+        "> building HuggingFaceTokenizer tokenizer ...",
+        "> building HuggingFaceTokenizer tokenizer ...\n"
+        " > padded vocab (size: 128256) with 0 dummy tokens (new size: 128256)",
+    )
+    assert megatron_facts(padded).model["vocab"] == 128256
+
+
+def test_cli_from_log_asks_only_for_what_the_log_does_not_state(cli, tmp_path):
+    out = tmp_path / "runs.jsonl"
+    proc = cli("runs", "from-log", str(MEGATRON_LOG), "--format", "megatron", "--gpu", "h100-sxm",
+               "--model", "llama3.1-8b", "--id", "meg", "-o", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "read from the log (the argument dump): sequence length 8192; global batch 128; precision bf16" in proc.stderr
+    )
+    record = read_runs(out)[0]
+    assert record.layout.known() == {"tp": 1, "pp": 1, "cp": 2, "dp": 4, "vp": 1, "micro_batch": 1,
+                                     "sharding": "zero1", "recompute": "none", "sequence_parallel": False}  # fmt: skip
+    assert (record.cluster.gpus, record.job.seq_len, record.job.global_batch) == (8, 8192, 128)
+    assert record.measured.tokens_per_s_per_gpu == pytest.approx(10147.48, abs=0.01)  # as with everything given
+    # torchtitan: mesh, trainer-init and model-args lines carry everything but the GPU
+    proc = cli("runs", "from-log", str(TITAN_LOG), "--format", "torchtitan", "--gpu", "h100-sxm", "--id", "titan",
+               "-o", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    titan = read_runs(out)[1]
+    assert titan.model.param_count == model_preset("llama3.1-8b").param_count  # the Llama FFN rule gives 14336
+    assert titan.layout.known() == {"tp": 1, "pp": 1, "cp": 1, "dp": 8, "micro_batch": 1, "sharding": "fsdp",
+                                    "recompute": "selective"}  # fmt: skip
+    assert "bf16 assumed" in proc.stderr
+    for args, needle in (
+        ([], "give --gpu NAME"),
+        (["--gpu", "h100-sxm"], "does not state the vocabulary size; give --model or --model-config"),
+        (["--gpu", "h100-sxm", "--model", "llama3.1-8b", "--seq-len", "4096"], "states sequence length = 8192"),
+        (["--gpu", "h100-sxm", "--model", "llama3.1-70b"], "states the model's layers = 32"),
+        (["--gpu", "z100", "--model", "llama3.1-8b"], "OPTLAYOUT_GPU_FILE"),
+    ):
+        proc = cli("runs", "from-log", str(MEGATRON_LOG), "--format", "megatron", *args, "-o", str(tmp_path / "x"))
+        assert proc.returncode != 0 and needle in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_torchtitan_config_echo_states_the_pipeline():
+    # `job.print_config` (v0.2.2) / `debug.print_config` (0.3.0) log `Running with configs: {json, indent 2}`
+    from optlayout.runs.logs import torchtitan_facts
+
+    config = {
+        "model": {"name": "llama3", "flavor": "70B", "converters": ["quantize.linear.float8"]},
+        "training": {"local_batch_size": 16, "global_batch_size": 64, "seq_len": 8192},
+        "parallelism": {"tensor_parallel_degree": 8, "pipeline_parallel_degree": 4, "context_parallel_degree": 1,
+                        "pipeline_parallel_microbatch_size": 2},
+        "activation_checkpoint": {"mode": "full"},
+    }  # fmt: skip
+    echo = json.dumps(config, indent=2).splitlines()
+    text = "\n".join(
+        ["[rank0]:[titan] 2025-01-01 00:00:00,000 - root - INFO - Running with configs: " + echo[0]]
+        + [f"[rank0]:{line}" for line in echo[1:]]
+        + [
+            "[rank0]:[titan] 2025-01-01 - root - INFO - "
+            "Building 3-D device mesh with ['pp', 'dp_shard', 'tp'], [4, 2, 8]"
+        ]
+    )
+    facts = torchtitan_facts(text)
+    assert (facts.seq_len, facts.global_batch, facts.gpus, facts.precision) == (8192, 64, 64, "fp8")
+    assert facts.layout == {"tp": 8, "pp": 4, "cp": 1, "dp": 2, "sharding": "zero2", "micro_batch": 2,
+                            "recompute": "full"}  # fmt: skip
+
+
+# --- compare in parallel --------------------------------------------------------------------------------
+
+
+def _default_params(_gpu: str, _precision: str) -> CostParams:
+    return DEFAULT_PARAMS
+
+
+def test_compare_in_processes_gives_the_rows_of_one_process_in_file_order():
+    records = read_runs(RUNS_JSONL)
+    picked = [records[3], records[0], records[4], records[1]]  # two runs share a group (and its ranking)
+    alone = compare_runs(picked, _default_params, workers=1)
+    pooled = compare_runs(picked, _default_params, workers=2)
+    assert pooled == alone
+    assert [row["id"] for row in pooled["runs"]] == [r.id for r in picked]
+
+
+def test_compare_in_processes_raises_the_first_bad_run_of_the_file():
+    records = read_runs(RUNS_JSONL)
+
+    def unsplittable(record: RunRecord, run_id: str) -> RunRecord:  # tp=3 divides no Llama head count
+        return record.model_copy(update={"id": run_id, "layout": record.layout.model_copy(update={"tp": 3})})
+
+    runs = [records[3], unsplittable(records[4], "bad-first"), records[0], unsplittable(records[3], "bad-later")]
+    for workers in (1, 2):
+        with pytest.raises(OptlayoutError, match="run bad-first: no legal layout"):
+            compare_runs(runs, _default_params, rank_layouts=False, workers=workers)

@@ -8,13 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optlayout.api import solve
-from optlayout.cost import CostParams, layout_problems, usable_memory_bytes
+from optlayout.conditions.goodput import GoodputModel, failure_spec, storage_spec
+from optlayout.cost import CostParams, usable_memory_bytes
 from optlayout.errors import OptlayoutError
+from optlayout.layout import layout_problems
+from optlayout.planning import solve
+from optlayout.solver.candidates import CostTable, variant_bound
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions
-from optlayout.solver.tables import CostTable
+from optlayout.solver.space import SpaceOptions, enumerate_groups
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec
 from optlayout.topology import topology_from_cluster
 
@@ -67,6 +69,32 @@ def test_solver_top_k_equals_oracle(problem) -> None:
         assert layout_problems(model, job, planned.layout, topo.num_gpus) == []
         assert planned.prediction.fits
         assert passes_limits(table.candidate(planned.layout), limits)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from(["mfu", "goodput"]), st.sampled_from([0.0, 0.9]), st.sampled_from([0.0, 0.01]))
+def test_the_bounds_of_branch_and_bound_hold(problem, objective, dp_overlap, overhead_s) -> None:
+    """What the reductions rely on, checked on the cost model itself: a group's `throughput_bound` and each
+    evaluated layout's `variant_bound` (over the other shardings of its recomputation and sequence
+    parallelism) are at least the throughput of every layout they bound."""
+    model, cluster, job, _ = problem
+    topo = topology_from_cluster(cluster)
+    goodput = None
+    if objective == "goodput":
+        failure, storage = failure_spec(mtbf_s=3600.0), storage_spec(write_Bps=1e9)
+        goodput = GoodputModel(model, job, failure, storage, topo.gpus_per_server)
+    params = CostParams(runtime_reserve_bytes=0, dp_comm_overlap=dp_overlap, step_overhead_s=overhead_s)
+    table = CostTable(model, job, topo.gpu, topo, params, goodput)
+    options = SpaceOptions(max_micro_batch=4, max_vp=4, max_cp=8)
+    for group in enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options):
+        bound = table.throughput_bound(group)
+        for recompute, sp in group.variants():
+            variant = [table.candidate(group.layout(s, recompute, sp)) for s in group.shardings]
+            for probe in variant:
+                assert table.times(probe.layout) == probe.evaluation.times  # the bound's step time is evaluate's
+                probe_bound = variant_bound(probe.layout, probe.evaluation.times, job.seq_len)
+                assert all(c.cluster_tokens_per_s <= probe_bound * (1 + 1e-12) for c in variant)
+            assert all(c.cluster_tokens_per_s <= bound * (1 + 1e-12) for c in variant)
 
 
 def test_oracle_and_solver_agree_on_a_larger_space() -> None:
@@ -127,7 +155,7 @@ def test_cli_solve_json_schema_and_save(cli, tmp_path) -> None:
         assert key in pred
     lay = data["layouts"][0]["layout"]
     assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == 16
-    from optlayout.plan import Plan
+    from optlayout.planning.plan import Plan
 
     assert Plan.load(plan_path).best.layout.model_dump(mode="json") == lay
 
@@ -149,7 +177,7 @@ def test_explain_ranks_users_layout(cli) -> None:
 
 
 def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:
-    from optlayout.plan import Plan
+    from optlayout.planning.plan import Plan
 
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"schema_version": 0, "status": "optimal"}))

@@ -8,23 +8,32 @@ import pydantic
 import pytest
 
 from optlayout.errors import OptlayoutError
-from optlayout.presets import gpu_names, gpu_preset, model_from_hf_config, model_names, model_preset, published_params
+from optlayout.presets import (
+    gpu_names,
+    gpu_preset,
+    model_from_hf_config,
+    model_names,
+    model_preset,
+    published_param_count,
+)
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
-EXACT_PUBLISHED = [n for n in model_names() if published_params(n)[0] is not None and not published_params(n)[1]]
+EXACT_PUBLISHED = [
+    n for n in model_names() if published_param_count(n)[0] is not None and not published_param_count(n)[1]
+]
 
 
 @pytest.mark.parametrize("name", EXACT_PUBLISHED)
 def test_preset_param_counts_within_half_percent_of_published(name: str) -> None:
     # Presets whose label is rounded (Megatron 1.7B/3.6B, MPT-7B) are checked by formula below instead.
-    assert model_preset(name).params == pytest.approx(published_params(name)[0], rel=0.005)
+    assert model_preset(name).param_count == pytest.approx(published_param_count(name)[0], rel=0.005)
 
 
 def test_llama31_counts_match_meta() -> None:
     # Meta's published sizes: 8.03B, 70.6B, 405.9B (llama-models sku_list.py)
-    assert model_preset("llama3.1-8b").params / 1e9 == pytest.approx(8.03, abs=0.005)
-    assert model_preset("llama3.1-70b").params / 1e9 == pytest.approx(70.6, rel=0.002)
-    assert model_preset("llama3.1-405b").params / 1e9 == pytest.approx(405.9, rel=0.002)
+    assert model_preset("llama3.1-8b").param_count / 1e9 == pytest.approx(8.03, abs=0.005)
+    assert model_preset("llama3.1-70b").param_count / 1e9 == pytest.approx(70.6, rel=0.002)
+    assert model_preset("llama3.1-405b").param_count / 1e9 == pytest.approx(405.9, rel=0.002)
 
 
 @pytest.mark.parametrize("name", [n for n in model_names() if n.startswith("megatron-gpt")])
@@ -33,7 +42,7 @@ def test_megatron_series_follow_narayanan_formula(name: str) -> None:
     m = model_preset(name)
     n_layers, h = m.layers, m.hidden
     formula = 12 * n_layers * h * h * (1 + 13 / (12 * h) + (51200 + 2048) / (12 * n_layers * h))
-    assert m.params == pytest.approx(formula, rel=1e-4)
+    assert m.param_count == pytest.approx(formula, rel=1e-4)
 
 
 def test_gpu_presets_have_sources_and_dense_peaks() -> None:
@@ -88,7 +97,7 @@ def test_hf_config_v4_and_v5_spellings(tmp_path) -> None:
         path = tmp_path / "config.json"
         path.write_text(json.dumps(cfg))
         m = model_from_hf_config(path)
-        assert m.params == model_preset("llama3.1-8b").params
+        assert m.param_count == model_preset("llama3.1-8b").param_count
 
 
 def test_hf_config_errors_name_the_field(tmp_path) -> None:
@@ -99,3 +108,49 @@ def test_hf_config_errors_name_the_field(tmp_path) -> None:
     path.write_text("{not json")
     with pytest.raises(OptlayoutError, match="not valid JSON"):
         model_from_hf_config(path)
+
+
+def test_added_gpu_presets_carry_datasheet_figures() -> None:
+    # V100 has FP16 tensor cores only (125 TFLOP/s); an MI250X preset is one GCD, half the package's 383 TFLOP/s.
+    v100 = gpu_preset("v100-sxm2-32gb")
+    assert v100.peak_flops == {"fp16": 125e12} and v100.memory_bytes == 32 * 2**30
+    with pytest.raises(OptlayoutError, match="v100-sxm2-32gb has no dense bf16 peak"):
+        v100.peak_flops_for("bf16")
+    assert gpu_preset("mi250x").peak_flops["bf16"] == pytest.approx(383e12 / 2)
+    assert gpu_preset("h800").peak_flops == gpu_preset("h100-sxm").peak_flops  # same die, fewer NVLinks
+    assert gpu_preset("h800").scale_up_bandwidth_Bps == 200e9 < gpu_preset("h100-sxm").scale_up_bandwidth_Bps
+    assert gpu_preset("h20").peak_flops["bf16"] == pytest.approx(148e12)
+    assert gpu_preset("l40s").peak_flops["fp8"] == pytest.approx(733e12)
+
+
+def test_unknown_gpu_says_how_to_describe_one(tmp_path, monkeypatch) -> None:
+    with pytest.raises(OptlayoutError) as info:
+        gpu_preset("rtx6000")
+    message = str(info.value)
+    assert "OPTLAYOUT_GPU_FILE" in message and "memory_gib" in message and "\n" not in message
+    spec = tmp_path / "gpus.yaml"
+    spec.write_text(
+        "rtx6000:\n  arch: ada\n  memory_gib: 48\n  peak_tflops: {bf16: 364.25}\n  hbm_tbytes_per_s: 0.96\n"
+        "  scale_up_gbytes_per_s: 32\n  source: my datasheet\n"
+    )
+    monkeypatch.setenv("OPTLAYOUT_GPU_FILE", str(spec))
+    assert gpu_preset("rtx6000").peak_flops["bf16"] == pytest.approx(364.25e12)
+    spec.write_text("rtx6000:\n  arch: ada\n")
+    with pytest.raises(OptlayoutError, match="'rtx6000' lacks memory_gib"):
+        gpu_preset("rtx6000")
+
+
+def test_hf_config_rope_and_norm_fields() -> None:
+    cfg = {
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+    }  # fmt: skip
+    m = model_from_hf_config(cfg)
+    assert m.rope_theta == 500000 and m.rope_scaling == model_preset("llama3.1-8b").rope_scaling
+    v5 = {k: v for k, v in cfg.items() if k not in ("rope_theta", "rope_scaling")}
+    v5["rope_parameters"] = {"rope_theta": 500000.0, **cfg["rope_scaling"]}
+    assert model_from_hf_config(v5).rope_scaling == m.rope_scaling
+    with pytest.raises(OptlayoutError, match="rope_scaling type 'yarn' is not supported"):
+        model_from_hf_config({**cfg, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})

@@ -6,7 +6,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -282,26 +281,16 @@ def test_shorthand_graph_is_lean_with_real_nodes():
     assert edge["bandwidth_Bps"] == 50e9 and edge["latency_s"] > 0
 
 
-def test_build_times_and_cached_dims():
-    start = time.perf_counter()
+def test_16384_gpus_build_and_answer():
     topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16384, gpus_per_node=8, nvlink_domain=8))
-    assert time.perf_counter() - start < 2.0  # ~0.25 s here; generous for a loaded machine
-    topo.dim_bandwidth_Bps(2048, 8)
-    start = time.perf_counter()
-    for _ in range(100):
-        topo.dim_bandwidth_Bps(2048, 8)
-    assert (time.perf_counter() - start) / 100 < 50e-6
+    assert topo.dim_bandwidth_Bps(2048, 8) == 50e9  # one 400 Gb/s NIC per GPU across servers
 
 
 def test_131072_gpus_build_and_answer():
-    start = time.perf_counter()
+    # Build and query times are measured in benchmarks/solve_speed.py, not asserted here.
     topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=131072, gpus_per_node=8))
-    elapsed = time.perf_counter() - start
-    assert elapsed < 8.0  # ~2 s on the 2-core machine; headroom for other jobs on it
     assert topo.num_gpus == 131072 and topo.num_servers == 16384
-    start = time.perf_counter()
     assert topo.dim_bandwidth_Bps(16384, 8) == 50e9
-    assert time.perf_counter() - start < 0.5
     assert topo.dim_bandwidth_Bps(8, 1) == 450e9
 
 

@@ -9,12 +9,11 @@ import typer
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.cost import check_layout, flops, usable_memory_bytes
-from optlayout.cost.memory import state_bytes_per_gpu
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import parse_layout
+from optlayout.cost import DEFAULT_PARAMS, Prediction, flops, usable_memory_bytes
+from optlayout.cost.memory import memory_estimate
+from optlayout.errors import InputError
+from optlayout.layout import Layout, Sharding, check_layout, parse_layout
 from optlayout.presets import gpu_preset
-from optlayout.specs import Sharding
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +25,9 @@ def register(app: typer.Typer) -> None:
 def mfu_command(
     tokens_per_s: Annotated[float, typer.Option("--tokens-per-s", help="measured tokens/s per GPU")],
     gpu: Annotated[str, typer.Option("--gpu", help="GPU preset")] = "h100-sxm",
-    params: Annotated[float | None, typer.Option("--params", help="parameter count N (MFU = 6N x tokens/s)")] = None,
+    param_count: Annotated[
+        float | None, typer.Option("--params", "--param-count", help="parameter count N (MFU = 6N x tokens/s)")
+    ] = None,
     model: common.ModelOpt = None,
     model_config: common.ModelConfigOpt = None,
     seq_len: Annotated[int | None, typer.Option("--seq-len", help="adds the attention term (with a model)")] = None,
@@ -36,19 +37,19 @@ def mfu_command(
 ) -> None:
     """Model FLOPs utilization from measured tokens/s per GPU."""
     if not (math.isfinite(tokens_per_s) and tokens_per_s > 0):
-        raise OptlayoutError(f"tokens-per-s: must be a positive number (got {tokens_per_s})")
+        raise InputError(f"tokens-per-s: must be a positive number (got {tokens_per_s})")
     spec = gpu_preset(gpu)
-    if params is not None:
+    if param_count is not None:
         if model or model_config:
-            raise OptlayoutError("params: give --params or a model, not both")
-        if not (math.isfinite(params) and params > 0):
-            raise OptlayoutError(f"params: must be a positive number (got {params})")
-        per_token = 6.0 * params
+            raise InputError("params: give --params or a model, not both")
+        if not (math.isfinite(param_count) and param_count > 0):
+            raise InputError(f"params: must be a positive number (got {param_count})")
+        per_token = 6.0 * param_count
         basis = "6N"
     else:
         shape = common.model_arg(model, model_config)
         if seq_len is None:
-            per_token, basis = 6.0 * shape.matmul_params, "6N (matmul parameters)"
+            per_token, basis = 6.0 * shape.matmul_param_count, "6N (matmul parameters)"
         else:
             per_token = flops.model_flops_per_token(shape, seq_len, causal=not non_causal)
             basis = "6N + attention" + ("" if non_causal else " (causal)")
@@ -79,7 +80,9 @@ def memory_command(
     dp: Annotated[int | None, typer.Option("--dp")] = None,
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node")] = 8,
     sharding: Annotated[str, typer.Option("--sharding", help="none | zero1 | zero2 | fsdp")] = "none",
-    params: Annotated[float | None, typer.Option("--params", help="parameter count (even split over tp x pp)")] = None,
+    param_count: Annotated[
+        float | None, typer.Option("--params", "--param-count", help="parameter count (even split over tp x pp)")
+    ] = None,
     model: common.ModelOpt = None,
     model_config: common.ModelConfigOpt = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU preset (capacity)")] = None,
@@ -94,98 +97,79 @@ def memory_command(
     """Memory per GPU: training state (always), activations when a model shape and sequence are given."""
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("micro-batch", micro_batch)):
         if value < 1:
-            raise OptlayoutError(f"{name}: must be at least 1 (got {value})")
+            raise InputError(f"{name}: must be at least 1 (got {value})")
     if gpus is not None and dp is not None:
-        raise OptlayoutError("dp: give --gpus or --dp, not both")
+        raise InputError("dp: give --gpus or --dp, not both")
     if gpus is not None:
         if gpus < 1 or gpus % (tp * pp * cp):
-            raise OptlayoutError(f"gpus: {gpus} is not a multiple of tp*pp*cp = {tp * pp * cp}")
+            raise InputError(f"gpus: {gpus} is not a multiple of tp*pp*cp = {tp * pp * cp}")
         dp = gpus // (tp * pp * cp)
     dp = dp or 1
     try:
         shard = Sharding(sharding)
     except ValueError:
-        raise OptlayoutError(f"sharding: {sharding!r} is not one of none, zero1, zero2, fsdp") from None
+        raise InputError(f"sharding: {sharding!r} is not one of none, zero1, zero2, fsdp") from None
     job = common.job_arg(seq_len or 1, None, None, optimizer_bytes=optimizer_bytes)
     capacity = None
     if gpu_memory_gb is not None:
         if gpu_memory_gb <= 0:
-            raise OptlayoutError(f"gpu-memory-gb: must be positive (got {gpu_memory_gb})")
+            raise InputError(f"gpu-memory-gb: must be positive (got {gpu_memory_gb})")
         capacity = gpu_memory_gb * 1e9
     elif gpu is not None:
         capacity = gpu_preset(gpu).memory_bytes
-    out: dict[str, object] = {
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "dp": dp,
-        "gpus": tp * pp * cp * dp,
-        "sharding": shard.value,
-    }
-    if params is not None:
+    layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=micro_batch, grad_accum=max(pp, 1), sharding=shard,
+                    recompute=recompute, sequence_parallel=sequence_parallel)  # fmt: skip
+    if param_count is not None:
         if model or model_config:
-            raise OptlayoutError("params: give --params or a model, not both")
+            raise InputError("params: give --params or a model, not both")
         if seq_len is not None:
-            raise OptlayoutError("seq-len: activations need a model shape; give --model with --seq-len")
-        if params <= 0:
-            raise OptlayoutError(f"params: must be positive (got {params})")
-        total_params, per_gpu_params = params, params / (tp * pp)
-        activations = None
+            raise InputError("seq-len: activations need a model shape; give --model with --seq-len")
+        if param_count <= 0:
+            raise InputError(f"params: must be positive (got {param_count})")
+        est = memory_estimate(job, layout, DEFAULT_PARAMS, param_count=param_count)
     else:
-        from optlayout.cost import DEFAULT_PARAMS
-        from optlayout.cost.memory import memory_per_gpu
-        from optlayout.specs import Layout
-
         shape = common.model_arg(model, model_config)
-        total_params = shape.params
-        layout = Layout(
-            tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=micro_batch, grad_accum=max(pp, 1), sharding=shard,
-            recompute=recompute, sequence_parallel=sequence_parallel,
-        )  # fmt: skip
         check_layout(shape, job.model_copy(update={"seq_len": seq_len or 2 * cp}), layout, layout.gpus)
-        if seq_len is not None:
-            breakdown = memory_per_gpu(shape, job, layout, DEFAULT_PARAMS)
-            per_gpu_params = breakdown.params_on_gpu
-            activations = breakdown.activations_bytes
-            out["fullest_stage"] = breakdown.stage
-            out["reserve_bytes"] = breakdown.reserve_bytes
-            out["buffers_bytes"] = breakdown.buffers_bytes
-        else:
-            per_gpu_params, activations = total_params / (tp * pp), None
-    weights, grads, optim = state_bytes_per_gpu(per_gpu_params, job, shard, dp * cp)
-    state = weights + grads + optim
+        est = memory_estimate(job, layout, DEFAULT_PARAMS, model=shape, with_activations=seq_len is not None)
+    out: dict[str, object] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "gpus": layout.gpus, "sharding": shard.value}
+    if est.breakdown is not None:
+        out |= {"fullest_stage": est.breakdown.stage, "reserve_bytes": est.breakdown.reserve_bytes,
+                "buffers_bytes": est.breakdown.buffers_bytes}  # fmt: skip
+    state_total = est.param_count * job.state_bytes_per_param
     out |= {
-        "params": total_params,
-        "state_total_bytes": total_params * job.state_bytes_per_param,
-        "state_total_gb": common.gb(total_params * job.state_bytes_per_param),
-        "weights_per_gpu_bytes": weights,
-        "gradients_per_gpu_bytes": grads,
-        "optimizer_per_gpu_bytes": optim,
-        "state_per_gpu_bytes": state,
-        "state_per_gpu_gb": common.gb(state),
-        "activations_per_gpu_bytes": activations,
+        "params": est.param_count,
+        "state_total_bytes": state_total,
+        "state_total_gb": common.gb(state_total),
+        "weights_per_gpu_bytes": est.weights_bytes,
+        "gradients_per_gpu_bytes": est.gradients_bytes,
+        "optimizer_per_gpu_bytes": est.optimizer_bytes,
+        "state_per_gpu_bytes": est.state_bytes,
+        "state_per_gpu_gb": common.gb(est.state_bytes),
+        "activations_per_gpu_bytes": est.activations_bytes,
+        "total_per_gpu_gb": common.gb(est.total_bytes),
     }
-    total = state + (activations or 0) + float(out.get("reserve_bytes", 0)) + float(out.get("buffers_bytes", 0))
-    out["total_per_gpu_gb"] = common.gb(total)
     if capacity is not None:
-        out["capacity_gb"] = common.gb(capacity)
-        out["usable_gb"] = common.gb(usable_memory_bytes(capacity, job))  # less the default 5% headroom
-        out["fits"] = total <= usable_memory_bytes(capacity, job)
+        usable = usable_memory_bytes(capacity, job)
+        out |= {"capacity_gb": common.gb(capacity), "usable_gb": common.gb(usable), "fits": est.total_bytes <= usable}
     if as_json:
         common.print_json(out)
         return
     table = Table(title=f"memory per GPU (tp={tp} pp={pp} cp={cp} dp={dp}, {shard.value})")
     table.add_column("term")
     table.add_column("GB", justify="right")
-    for label, value in (("weights", weights), ("gradients", grads), ("optimizer", optim), ("state", state)):
-        table.add_row(label, f"{value / 1e9:.2f}")
-    if activations is not None:
-        table.add_row("activations", f"{activations / 1e9:.2f}")
-    table.add_row("total", f"{total / 1e9:.2f}")
+    rows: list[tuple[str, float | None]] = [
+        ("weights", est.weights_bytes), ("gradients", est.gradients_bytes), ("optimizer", est.optimizer_bytes),
+        ("state", est.state_bytes), ("activations", est.activations_bytes), ("total", est.total_bytes),
+    ]  # fmt: skip
+    for label, term_bytes in rows:
+        if term_bytes is not None:
+            table.add_row(label, f"{term_bytes / 1e9:.2f}")
     common.console.print(table)
     if capacity is not None:
         verdict = "fits" if out["fits"] else "does NOT fit"
-        common.console.print(f"usable {out['usable_gb']} of {capacity / 1e9:.1f} GB (5% headroom): {verdict}")
+        common.console.print(
+            f"usable {out['usable_gb']} of {capacity / 1e9:.1f} GB ({job.memory_headroom:.0%} headroom): {verdict}"
+        )
 
 
 def estimate_command(
@@ -208,7 +192,7 @@ def estimate_command(
     as_json: common.JsonOpt = False,
 ) -> None:
     """A full prediction for one given layout: memory, step time and where the time goes."""
-    from optlayout.api import estimate_run
+    from optlayout.planning import estimate_run
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
@@ -227,11 +211,8 @@ def estimate_command(
         )
 
 
-def print_prediction(title: str, pred: object) -> None:
+def print_prediction(title: str, pred: Prediction) -> None:
     """A rich view of one prediction."""
-    from optlayout.cost import Prediction
-
-    assert isinstance(pred, Prediction)
     common.console.print(
         f"[bold]{title}[/bold]\n  MFU {pred.mfu:.1%}  {pred.tokens_per_s_per_gpu:,.0f} tokens/s/GPU  "
         f"step {pred.step_time_s:.3f} s  bubble {pred.bubble_fraction:.1%}\n"

@@ -8,9 +8,9 @@ from typing import Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from optlayout import reliability as rel
 from optlayout.cli.common import console, print_json
-from optlayout.errors import OptlayoutError
+from optlayout.conditions import reliability as rel
+from optlayout.errors import InputError
 
 MIN = rel.SECONDS_PER_MINUTE
 HOUR = rel.SECONDS_PER_HOUR
@@ -23,7 +23,7 @@ _COST_SOURCES = "--checkpoint-minutes, or --state-bytes with --storage-gbytes-pe
 def _positive(flag: str, value: float | None) -> float | None:
     """Check a flag's value is finite and > 0 (None passes: the flag was not given)."""
     if value is not None and (not math.isfinite(value) or value <= 0):
-        raise OptlayoutError(f"{flag} must be a finite number > 0, got {value:g}")
+        raise InputError(f"{flag} must be a finite number > 0, got {value:g}")
     return value
 
 
@@ -61,17 +61,17 @@ def resolve_mtbf(
         if present
     ]
     if not given:
-        raise OptlayoutError(f"no MTBF given: use one of {_MTBF_SOURCES}")
+        raise InputError(f"no MTBF given: use one of {_MTBF_SOURCES}")
     if len(given) > 1:
-        raise OptlayoutError(f"give one MTBF source, got {' and '.join(given)}")
+        raise InputError(f"give one MTBF source, got {' and '.join(given)}")
     if mtbf_hours is not None:
         return mtbf_hours * HOUR, f"{mtbf_hours:g} h given"
     if failures is not None or days is not None:
         if failures is None or days is None:
-            raise OptlayoutError("--failures and --days go together: failures observed over that many days")
+            raise InputError("--failures and --days go together: failures observed over that many days")
         return rel.mtbf_from_failures_s(failures, days * rel.SECONDS_PER_DAY), f"{failures} failures / {days:g} days"
     if gpus is None:
-        raise OptlayoutError("a per-GPU failure rate or MTBF needs --gpus (the job's GPU count)")
+        raise InputError("a per-GPU failure rate or MTBF needs --gpus (the job's GPU count)")
     if gpu_rate_per_hour is not None:
         mtbf_s = rel.cluster_mtbf_s(gpus, gpu_failure_rate_per_s=gpu_rate_per_hour / HOUR)
         return mtbf_s, f"{gpu_rate_per_hour:g} failures per GPU-hour x {gpus} GPUs"
@@ -106,19 +106,19 @@ def resolve_cost(
     extras = [f for f, v in (("--per-node-gbytes-per-s", per_node_GBps), ("--nodes", nodes)) if v is not None]
     if checkpoint_minutes is not None:
         if derived or extras or asynchronous:
-            raise OptlayoutError(
+            raise InputError(
                 f"give one checkpoint cost: --checkpoint-minutes or {', '.join(derived + extras) or '--async'}"
             )
         c = checkpoint_minutes * MIN
         return rel.CheckpointCost(blocking_s=c, write_s=c, asynchronous=False), f"{checkpoint_minutes:g} min given"
     if not derived:
-        raise OptlayoutError(f"no checkpoint cost given: use {_COST_SOURCES}")
+        raise InputError(f"no checkpoint cost given: use {_COST_SOURCES}")
     if state_bytes is None or storage_GBps is None:
-        raise OptlayoutError("--state-bytes and --storage-gbytes-per-s go together")
+        raise InputError("--state-bytes and --storage-gbytes-per-s go together")
     if len(extras) == 1:
-        raise OptlayoutError("--per-node-gbytes-per-s and --nodes go together")
+        raise InputError("--per-node-gbytes-per-s and --nodes go together")
     if asynchronous and gpus is None:
-        raise OptlayoutError("--async needs --gpus: each GPU copies its shard of the state to host memory")
+        raise InputError("--async needs --gpus: each GPU copies its shard of the state to host memory")
     cost = rel.checkpoint_cost(
         state_bytes,
         storage_GBps * GB,
@@ -252,9 +252,9 @@ def checkpoint(
 ) -> None:
     """Optimal checkpoint interval (Young or Daly), time lost per failure and effective training time."""
     if method not in rel.METHODS:
-        raise OptlayoutError(f"--method must be one of {', '.join(rel.METHODS)}, got {method!r}")
+        raise InputError(f"--method must be one of {', '.join(rel.METHODS)}, got {method!r}")
     if not math.isfinite(restart_minutes) or restart_minutes < 0:
-        raise OptlayoutError(f"--restart-minutes must be a finite number >= 0, got {restart_minutes:g}")
+        raise InputError(f"--restart-minutes must be a finite number >= 0, got {restart_minutes:g}")
     mtbf_s, mtbf_source = resolve_mtbf(mtbf_hours, failures, days, gpu_failure_rate_per_hour, gpu_mtbf_hours, gpus)
     cost, cost_source = resolve_cost(
         checkpoint_minutes,

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import pydantic
 import typer
 from rich.console import Console
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams
-from optlayout.errors import OptlayoutError, describe_validation_error
-from optlayout.specs import JobSpec, ModelSpec
+from optlayout.errors import InputError, describe_validation_error
+from optlayout.specs import AttentionKernel, JobSpec, ModelSpec, Precision
+
+if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
+    from optlayout.runs.calibrate import Calibration
+    from optlayout.topology import Topology
 
 console = Console()
 err_console = Console(stderr=True)
@@ -42,7 +46,7 @@ def parse_pairs(text: str, what: str) -> dict[str, str]:
         else:
             out[part] = "true"
     if not out:
-        raise OptlayoutError(f"{what}: expected key=value pairs, got {text!r}")
+        raise InputError(f"{what}: expected key=value pairs, got {text!r}")
     return out
 
 
@@ -71,28 +75,32 @@ OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="opt
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="fraction of GPU memory kept free")]
 CalibrationOpt = Annotated[
     str | None,
-    typer.Option("--calibration", help="calibration profile YAML; default: the shipped profile; 'none': raw defaults"),
+    typer.Option("--calibration", help="calibration YAML; default: the shipped calibration; 'none': raw defaults"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
 def model_arg(model: str | None, model_config: Path | None) -> ModelSpec:
-    """Exactly one of --model and --model-config."""
-    from optlayout.api import resolve_model
+    """Exactly one of --model (a preset or a config.json path) and --model-config."""
+    from optlayout.planning.inputs import resolve_model
     from optlayout.presets import model_from_hf_config
 
-    if (model is None) == (model_config is None):
-        raise OptlayoutError("model: give exactly one of --model NAME and --model-config config.json")
-    return resolve_model(model) if model is not None else model_from_hf_config(model_config)  # type: ignore[arg-type]
+    if model is not None and model_config is None:
+        return resolve_model(model)
+    if model_config is not None and model is None:
+        return model_from_hf_config(model_config)
+    raise InputError("model: give exactly one of --model NAME and --model-config config.json")
 
 
-def cluster_arg(topology: Path | None, cluster: str | None) -> Any:
+def cluster_arg(topology: Path | None, cluster: str | None) -> Topology:
     """Exactly one of --topology and --cluster, resolved to a Topology."""
     from optlayout.topology import resolve_cluster
 
-    if (topology is None) == (cluster is None):
-        raise OptlayoutError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
-    return resolve_cluster(topology if topology is not None else cluster)  # type: ignore[arg-type]
+    if topology is not None and cluster is None:
+        return resolve_cluster(topology)
+    if cluster is not None and topology is None:
+        return resolve_cluster(cluster)
+    raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
 
 
 def job_arg(
@@ -113,13 +121,13 @@ def job_arg(
             global_batch_tokens=global_batch_tokens,
             min_global_batch=min_global_batch,
             max_global_batch=max_global_batch,
-            precision=precision,  # type: ignore[arg-type]
+            precision=cast(Precision, precision),  # pydantic checks the literal
             optimizer_bytes_per_param=optimizer_bytes,
             memory_headroom=headroom,
-            attention_kernel=attention_kernel or "flash",  # type: ignore[arg-type]
+            attention_kernel=cast(AttentionKernel, attention_kernel or "flash"),
         )
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "job")) from None
+        raise InputError(describe_validation_error(exc, "job")) from None
 
 
 def inputs_arg(
@@ -129,26 +137,26 @@ def inputs_arg(
     cluster: str | None,
     job: JobSpec,
     calibration: str | None,
-) -> tuple[ModelSpec, Any, CostParams]:
+) -> tuple[ModelSpec, Topology, CostParams]:
     """The model, the cluster's Topology and the cost parameters for the GPU and the job's precision."""
     shape = model_arg(model, model_config)
     topo = cluster_arg(topology, cluster)
     return shape, topo, params_arg(calibration, topo.gpu.name, job.precision)
 
 
-def profile_arg(calibration: str | None) -> Any:
-    """The calibration profile: the shipped one by default, a file, or None for `--calibration none`."""
-    from optlayout.runs.calibrate import load_profile, shipped_profile_path
+def calibration_arg(calibration: str | None) -> Calibration | None:
+    """The calibration: the shipped one by default, a file, or None for `--calibration none`."""
+    from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
 
     if calibration is not None and calibration.lower() == "none":
         return None
-    return load_profile(calibration if calibration is not None else shipped_profile_path())
+    return load_calibration(calibration if calibration is not None else shipped_calibration_path())
 
 
 def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:
     """The cost parameters for a GPU and precision under `--calibration`."""
-    profile = profile_arg(calibration)
-    return profile.params_for(gpu, precision) if profile is not None else DEFAULT_PARAMS
+    fitted = calibration_arg(calibration)
+    return fitted.params_for(gpu, precision) if fitted is not None else DEFAULT_PARAMS
 
 
 def gb(value_bytes: float) -> float:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import typer
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from optlayout.cli.common import console, print_json
-from optlayout.profile import ProfileReport, analyze
+from optlayout.trace import ProfileReport, analyze
 
 
 def register(app: typer.Typer) -> None:
@@ -34,14 +36,14 @@ def profile(
 def _print(report: ProfileReport) -> None:
     ops = Table(title=f"Top {len(report.top_ops)} operations by self time")
     for col, justify in (("operation", "left"), ("category", "left"), ("self ms", "right"), ("share", "right")):
-        ops.add_column(col, justify=justify)
+        ops.add_column(col, justify=cast(JustifyMethod, justify))
     for o in report.top_ops:
         ops.add_row(o.name, o.category, f"{o.self_time_us / 1e3:.2f}", f"{o.share:.1%}")
     console.print(ops)
 
     cats = Table(title="Time by category")
     for col, justify in (("category", "left"), ("ms", "right"), ("share", "right")):
-        cats.add_column(col, justify=justify)
+        cats.add_column(col, justify=cast(JustifyMethod, justify))
     for key, t in report.categories.items():
         cats.add_row(key, f"{t / 1e3:.2f}", f"{report.category_share(key):.1%}")
     console.print(cats)
@@ -55,7 +57,7 @@ def _print(report: ProfileReport) -> None:
 
     ranks = Table(title="Step time per rank")
     for col, justify in (("rank", "right"), ("step ms", "right"), ("vs median", "right"), ("from", "left")):
-        ranks.add_column(col, justify=justify)
+        ranks.add_column(col, justify=cast(JustifyMethod, justify))
     ranks.add_column("file", overflow="fold")
     for r in report.ranks:
         mark = " (slowest)" if r.slowest else ""

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import Progress
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.cost import DEFAULT_PARAMS
-from optlayout.errors import OptlayoutError
+from optlayout.cost import DEFAULT_PARAMS, CostParams
+from optlayout.errors import InputError
+
+if TYPE_CHECKING:
+    from optlayout.runs.records import RunRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +28,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(runs_app, name="runs")
 
 
-def _read(runs: Path) -> list:
+def _read(runs: Path) -> list[RunRecord]:
     from optlayout.runs.records import read_runs
 
     return read_runs(runs)
@@ -37,23 +40,30 @@ def compare_command(
     no_rank: Annotated[bool, typer.Option("--no-rank", help="skip ranking each measured layout (faster)")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="predicted vs measured PNG (needs matplotlib)")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="self-contained HTML report")] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="processes (default: the CPUs available; 1: no others)")
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
     from optlayout.runs.compare import compare_runs
 
     records = _read(runs)
-    profile = common.profile_arg(calibration)
+    fitted = common.calibration_arg(calibration)
 
-    def params_for(gpu: str, precision: str):
-        return profile.params_for(gpu, precision) if profile else DEFAULT_PARAMS
+    def params_for(gpu: str, precision: str) -> CostParams:
+        return fitted.params_for(gpu, precision) if fitted else DEFAULT_PARAMS
 
-    show_progress = not as_json and common.console.is_terminal
-    with Progress(console=common.err_console, disable=not show_progress, transient=True) as bar:
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs: at least 1 process (got {jobs})")
+    # refreshed on each finished group, never by a thread of its own (the worker processes fork)
+    with Progress(console=common.err_console, disable=not common.err_console.is_terminal, transient=True,
+                  auto_refresh=False) as bar:  # fmt: skip
         task = bar.add_task("predicting runs", total=len(records))
         result = compare_runs(
-            records, params_for, rank_layouts=not no_rank, progress=lambda i, n: bar.update(task, completed=i)
-        )
+            records, params_for, rank_layouts=not no_rank, workers=jobs,
+            progress=lambda i, n: bar.update(task, completed=i, refresh=True),
+        )  # fmt: skip
     if plot is not None:
         from optlayout.runs.plot import plot_compare
 
@@ -102,7 +112,7 @@ def compare_command(
 
 def calibrate_command(
     runs: Annotated[Path, typer.Argument(help="run records: .jsonl or .csv")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="profile YAML to write")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="calibration YAML to write")],
     as_json: common.JsonOpt = False,
 ) -> None:
     """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
@@ -110,17 +120,17 @@ def calibrate_command(
 
     records = _read(runs)
     if len(records) < 2:
-        raise OptlayoutError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
+        raise InputError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
     show = not as_json and common.err_console.is_terminal
     with Progress(console=common.err_console, disable=not show, transient=True) as bar:
         task = bar.add_task("calibrating", total=None)
-        profile = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
+        fitted = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
                             progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
-    profile.save(output)
+    fitted.save(output)
     if as_json:
-        common.print_json(profile.model_dump())
+        common.print_json(fitted.model_dump())
         return
-    rep = profile.report
+    rep = fitted.report
     table = Table(title=f"calibration on {rep['runs']} runs -> {output}")
     table.add_column("MAPE")
     for col in ("leave source out", "leave GPU out", "in-sample", "uncalibrated"):
@@ -136,46 +146,51 @@ def from_log_command(
     log: Annotated[Path, typer.Argument(help="training log (stdout of rank 0 / the last rank)")],
     output: Annotated[Path, typer.Option("-o", "--output", help="runs .jsonl to append the record to")],
     log_format: Annotated[str, typer.Option("--format", help="megatron | torchtitan")],
-    seq_len: common.SeqLenOpt,
-    global_batch: Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")],
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU preset the run used (logs do not name it)")] = None,
+    cluster: common.ClusterOpt = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="only if the log does not state it")] = None,
+    global_batch: Annotated[
+        int | None, typer.Option("--global-batch", help="only if the log does not state it")
+    ] = None,
     layout: Annotated[
-        str, typer.Option("--layout", help="degrees as run, e.g. tp=2,pp=1,cp=1,dp=4,mb=1; fields left out stay null")
-    ],
+        str | None, typer.Option("--layout", help="only if the log does not state it, e.g. tp=2,pp=1,cp=1,dp=4,mb=1")
+    ] = None,
     model: common.ModelOpt = None,
     model_config: common.ModelConfigOpt = None,
-    cluster: common.ClusterOpt = None,
-    precision: common.PrecisionOpt = "bf16",
+    precision: Annotated[str | None, typer.Option("--precision", help="only if the log does not state it")] = None,
     run_id: Annotated[str | None, typer.Option("--id", help="run id (default: the log's file name)")] = None,
     source: Annotated[str | None, typer.Option("--source", help="where the numbers come from")] = None,
     warmup: Annotated[int, typer.Option("--warmup", help="logged lines skipped at the start")] = 2,
     as_json: common.JsonOpt = False,
 ) -> None:
-    """Append a run record measured from a Megatron-LM or torchtitan log (median after warm-up)."""
-    import pydantic
+    """Append a run record measured from a Megatron-LM or torchtitan log (median after warm-up).
 
-    from optlayout.errors import describe_validation_error
+    The sequence length, global batch, world size, layout, model shape and precision are read from the log
+    (Megatron-LM's argument dump; torchtitan's trainer-init, mesh and model lines and config echo); give only
+    what it does not state (the GPU, always), and what was read is printed.
+    """
     from optlayout.presets import gpu_preset
-    from optlayout.runs.logs import LOG_FORMATS, append_run, run_from_log
-    from optlayout.runs.records import RunJob
+    from optlayout.runs.logs import LOG_FORMATS, append_run, record_from_log
     from optlayout.topology import parse_cluster_shorthand
 
     fmt = log_format.strip().lower()
     if fmt not in LOG_FORMATS:
-        raise OptlayoutError(f"format: expected one of {', '.join(LOG_FORMATS)} (got {log_format!r})")
-    if cluster is None:
-        raise OptlayoutError("cluster: give --cluster gpu=...,gpus=... (the run record keeps the shorthand)")
-    spec = parse_cluster_shorthand(cluster)
-    gpu_preset(spec.gpu)
-    shape = common.model_arg(model, model_config)
-    try:
-        job = RunJob(seq_len=seq_len, global_batch=global_batch, precision=precision)  # type: ignore[arg-type]
-    except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "job")) from None
-    record = run_from_log(log, fmt, shape, spec, job, layout, run_id=run_id, source=source, warmup=warmup)
+        raise InputError(f"format: expected one of {', '.join(LOG_FORMATS)} (got {log_format!r})")
+    if (gpu is None) == (cluster is None):
+        raise InputError("cluster: give --gpu NAME (the world size comes from the log) or --cluster gpu=...,gpus=...")
+    spec = parse_cluster_shorthand(cluster) if cluster is not None else None
+    gpu_preset(spec.gpu if spec is not None else gpu)  # type: ignore[arg-type]
+    shape = common.model_arg(model, model_config) if (model or model_config) else None
+    record, said = record_from_log(
+        log, fmt, model=shape, cluster=spec, gpu=gpu, seq_len=seq_len, global_batch=global_batch, layout=layout,
+        precision=precision, run_id=run_id, source=source, warmup=warmup,
+    )  # fmt: skip
     append_run(record, output)
     if as_json:
-        common.print_json(record.model_dump(mode="json"))
+        common.print_json(record.model_dump(mode="json") | {"read": said})
         return
+    for line in said:
+        typer.echo(line, err=True)
     m = record.measured
     common.console.print(
         f"{record.id}: {m.tokens_per_s_per_gpu:,.1f} tokens/s/GPU ({m.derived_from}) -> appended to {output}"

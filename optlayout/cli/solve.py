@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 from rich.table import Table
 
-from optlayout.cli import common
-from optlayout.errors import OptlayoutError
-from optlayout.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
+from optlayout.cli import command_started_s, common
+from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec, storage_spec
+from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
+from optlayout.errors import InputError
+from optlayout.layout import SEARCHED_AXES
+from optlayout.timings import PhaseClock, timings_json, timings_line
 
-PinOpt = Annotated[list[str] | None, typer.Option("--pin", help="fix a field: --pin tp=8 --pin sharding=fsdp")]
-MaxOpt = Annotated[list[str] | None, typer.Option("--max", help="upper bound: --max pp=16")]
-ExcludeOpt = Annotated[list[str] | None, typer.Option("--exclude", help="forbid a value: --exclude recompute=full")]
+if TYPE_CHECKING:  # the planning and topology packages load on use, keeping the light commands fast
+    from optlayout.planning import Plan, PlannedLayout
+    from optlayout.topology import LoadedCluster
+
+_FIELDS = ", ".join(a.key for a in SEARCHED_AXES)
+PinOpt = Annotated[
+    list[str] | None, typer.Option("--pin", help=f"fix a field ({_FIELDS}): --pin tp=8 --pin sharding=fsdp")
+]
+MaxOpt = Annotated[
+    list[str] | None,
+    typer.Option("--max", help=f"upper bound ({', '.join(a.key for a in SEARCHED_AXES if a.numeric)}): --max pp=16"),
+]
+ExcludeOpt = Annotated[
+    list[str] | None, typer.Option("--exclude", help=f"forbid a value ({_FIELDS}): --exclude recompute=full")
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -28,13 +44,13 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
     for item in items or []:
         for key, value in common.parse_pairs(item, what).items():
             if key in out and out[key] != value:
-                raise OptlayoutError(f"{what}: {key} given twice ({out[key]} and {value})")
+                raise InputError(f"{what}: {key} given twice ({out[key]} and {value})")
             out[key] = value
     return out
 
 
-def _excludes(items: list[str] | None) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
+def _excludes(items: list[str] | None) -> dict[str, list[object]]:
+    out: dict[str, list[object]] = {}
     for key, value in _pairs(items, "exclude").items():
         out.setdefault(key, []).append(value)
     return out
@@ -46,9 +62,14 @@ def _max_ints(items: list[str] | None) -> dict[str, int]:
         try:
             out[key] = int(value)
         except ValueError:
-            raise OptlayoutError(f"max: {key}={value!r} must be an integer") from None
+            raise InputError(f"max: {key}={value!r} must be an integer") from None
     return out
 
+
+TimingsOpt = Annotated[
+    bool, typer.Option("--timings", help="add the time of every phase to --json and --report (they vary run to run)")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="print the time of every phase on stderr")]
 
 GB = 1e9
 HOUR = 3600.0
@@ -90,7 +111,7 @@ SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="tokens per seq
 
 def _positive(flag: str, value: float | None) -> None:
     if value is not None and (not math.isfinite(value) or value <= 0):
-        raise OptlayoutError(f"{flag} must be a finite number > 0, got {value:g}")
+        raise InputError(f"{flag} must be a finite number > 0, got {value:g}")
 
 
 def goodput_inputs(
@@ -103,10 +124,8 @@ def goodput_inputs(
     asynchronous: bool,
     d2h_gbytes_per_s: float,
     restart_minutes: float,
-) -> tuple[object, object]:
+) -> tuple[FailureSpec | None, StorageSpec | None]:
     """(FailureSpec, StorageSpec) from the flags, or (None, None) when none of them is given."""
-    from optlayout.goodput import failure_spec, storage_spec
-
     for flag, value in (("--mtbf-hours", mtbf_hours), ("--failures", failures), ("--days", days),
                         ("--gpu-failure-rate-per-hour", gpu_rate_per_hour),
                         ("--storage-gbytes-per-s", storage_gbytes_per_s),
@@ -114,7 +133,7 @@ def goodput_inputs(
                         ("--d2h-gbytes-per-s", d2h_gbytes_per_s)):  # fmt: skip
         _positive(flag, value)
     if not math.isfinite(restart_minutes) or restart_minutes < 0:
-        raise OptlayoutError(f"--restart-minutes must be a finite number >= 0, got {restart_minutes:g}")
+        raise InputError(f"--restart-minutes must be a finite number >= 0, got {restart_minutes:g}")
     given = (
         ("--mtbf-hours", mtbf_hours is not None),
         ("--failures/--days", failures is not None or days is not None),
@@ -122,19 +141,19 @@ def goodput_inputs(
     )
     sources = [name for name, present in given if present]
     if len(sources) > 1:
-        raise OptlayoutError(f"give one MTBF source, got {' and '.join(sources)}")
+        raise InputError(f"give one MTBF source, got {' and '.join(sources)}")
     if storage_gbytes_per_s is None and (per_node_gbytes_per_s is not None or asynchronous):
-        raise OptlayoutError("--per-node-gbytes-per-s and --async-checkpoint need --storage-gbytes-per-s")
+        raise InputError("--per-node-gbytes-per-s and --async-checkpoint need --storage-gbytes-per-s")
     if not sources and storage_gbytes_per_s is None:
         return None, None
     if not sources:
-        raise OptlayoutError("--storage-gbytes-per-s needs an MTBF: --mtbf-hours, --failures/--days or "
+        raise InputError("--storage-gbytes-per-s needs an MTBF: --mtbf-hours, --failures/--days or "
                              "--gpu-failure-rate-per-hour")  # fmt: skip
     if storage_gbytes_per_s is None:
-        raise OptlayoutError("an MTBF needs --storage-gbytes-per-s (the checkpoint write bandwidth)")
+        raise InputError("an MTBF needs --storage-gbytes-per-s (the checkpoint write bandwidth)")
     if failures is not None or days is not None:
         if failures is None or days is None:
-            raise OptlayoutError("--failures and --days go together: failures observed over that many days")
+            raise InputError("--failures and --days go together: failures observed over that many days")
         mtbf_hours = days * 24.0 / failures
     restart_s = restart_minutes * MINUTE
     if gpu_rate_per_hour is not None:
@@ -149,6 +168,21 @@ def goodput_inputs(
         d2h_Bps=d2h_gbytes_per_s * GB,
     )
     return failure, storage
+
+
+class _Search(TypedDict):
+    """The search flags solve and re-plan share."""
+
+    top: int
+    pins: dict[str, str]
+    maxima: dict[str, int]
+    exclude: dict[str, list[object]]
+    time_limit_s: float
+    failure: FailureSpec | None
+    storage: StorageSpec | None
+    allow_idle_gpus: bool
+    allow_tp_beyond_domain: bool
+    max_bubble_fraction: float | None
 
 
 def solve_command(
@@ -190,29 +224,27 @@ def solve_command(
     save: Annotated[Path | None, typer.Option("--save", help="write the plan as JSON")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="write a self-contained HTML report")] = None,
     as_json: common.JsonOpt = False,
+    timings: TimingsOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """The layouts with the highest predicted MFU (or goodput), proven optimal within the cost model;
     with --from-plan, the best layout of a saved plan on another GPU count and what changes."""
-    from optlayout.api import solve
-    from optlayout.replan import replan
-    from optlayout.topology import resolve_cluster
+    started_s = command_started_s()
+    clock = PhaseClock()
+    from optlayout.planning import solve
+    from optlayout.topology import load_cluster
 
     failure, storage = goodput_inputs(
-        mtbf_hours,
-        failures,
-        days,
-        gpu_failure_rate_per_hour,
-        storage_gbytes_per_s,
-        per_node_gbytes_per_s,
-        async_checkpoint,
-        d2h_gbytes_per_s,
-        restart_minutes,
-    )
-    switches = dict(allow_idle_gpus=allow_idle, allow_tp_beyond_domain=allow_tp_beyond_domain,
-                    max_bubble_fraction=max_bubble)  # fmt: skip
+        mtbf_hours, failures, days, gpu_failure_rate_per_hour, storage_gbytes_per_s, per_node_gbytes_per_s,
+        async_checkpoint, d2h_gbytes_per_s, restart_minutes,
+    )  # fmt: skip
+    search = _Search(top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_), exclude=_excludes(exclude),
+                     time_limit_s=time_limit, failure=failure, storage=storage, allow_idle_gpus=allow_idle,
+                     allow_tp_beyond_domain=allow_tp_beyond_domain, max_bubble_fraction=max_bubble)  # fmt: skip
     if (topology is not None) and (cluster is not None):
-        raise OptlayoutError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+        raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
     source = topology if topology is not None else cluster
+    loaded = None
     if from_plan is not None:
         job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
                                     ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
@@ -220,57 +252,100 @@ def solve_command(
                                     ("--attention-kernel", attention_kernel))
                      if v is not None]  # fmt: skip
         if job_flags:
-            raise OptlayoutError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
+            raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
         if gpus is None and source is None:
-            raise OptlayoutError("--from-plan needs --gpus N (or the new --cluster/--topology)")
-        from optlayout.plan import Plan
-
-        old = Plan.load(from_plan)
-        gpu_name = resolve_cluster(source).gpu.name if source is not None else _plan_gpu(old)
-        params = common.params_arg(calibration, gpu_name, old.job.precision)
-        plan = replan(
-            old, gpus, cluster=source, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_),
-            exclude=_excludes(exclude), params=params,
-            time_limit_s=time_limit, objective=objective,
-            failure=failure, storage=storage, straggler_slowdown=straggler_slowdown, **switches,
-        )  # fmt: skip
+            raise InputError("--from-plan needs --gpus N (or the new --cluster/--topology)")
+        plan, loaded = _replan(from_plan, gpus, source, calibration, objective, straggler_slowdown, search,
+                               clock, started_s)  # fmt: skip
     else:
         if gpus is not None:
-            raise OptlayoutError("--gpus goes with --from-plan; for a new solve give the cluster's gpus= count")
+            raise InputError("--gpus goes with --from-plan; for a new solve give the cluster's gpus= count")
         if seq_len is None:
-            raise OptlayoutError("--seq-len is required (or re-plan a saved plan with --from-plan)")
+            raise InputError("--seq-len is required (or re-plan a saved plan with --from-plan)")
         if source is None:
-            raise OptlayoutError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+            raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
         shape = common.model_arg(model, model_config)
         job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
                              precision, optimizer_bytes, headroom, attention_kernel)  # fmt: skip
-        params = common.params_arg(calibration, resolve_cluster(source).gpu.name, precision)
-        plan = solve(
-            shape, source, job, top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_), exclude=_excludes(exclude),
-            params=params, time_limit_s=time_limit, objective=objective or "mfu", failure=failure, storage=storage,
-            straggler_slowdown=straggler_slowdown or 0.0, **switches,
-        )  # fmt: skip
-    if save is not None:
-        plan.save(save)
-    if report is not None:
-        from optlayout.report import plan_report_html, write_report
+        with clock.phase("topology"):
+            loaded = load_cluster(source)
+        params = common.params_arg(calibration, loaded.topology.gpu.name, precision)
+        _parsed(clock, started_s)
+        plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
+                     straggler_slowdown=straggler_slowdown or 0.0, **search)  # fmt: skip
+    clock.merge(plan.phases_s)
+    _output(plan, save, report, loaded, as_json, clock, timings, verbose)
 
-        topo = resolve_cluster(source) if source is not None and plan.layouts else None
-        write_report(plan_report_html(plan, topo if topo is not None and topo.num_gpus == plan.gpus else None), report)
-    if as_json:
-        common.print_json(plan_json(plan))
+
+def _parsed(clock: PhaseClock, started_s: float) -> None:
+    """Book everything since the command began that no other phase took as parsing (imports included)."""
+    clock.add("parse", time.perf_counter() - started_s - sum(clock.seconds.values()))
+
+
+def _replan(
+    from_plan: Path,
+    gpus: int | None,
+    source: Path | str | None,
+    calibration: str | None,
+    objective: str | None,
+    straggler_slowdown: float | None,
+    search: _Search,
+    clock: PhaseClock,
+    started_s: float,
+) -> tuple[Plan, LoadedCluster | None]:
+    """Re-plan a saved plan (and the new cluster, loaded once, when given)."""
+    from optlayout.planning import Plan, replan
+    from optlayout.topology import load_cluster
+
+    old = Plan.load(from_plan)
+    with clock.phase("topology"):
+        loaded = load_cluster(source) if source is not None else None
+    gpu_name = loaded.topology.gpu.name if loaded is not None else _plan_gpu(old)
+    params = common.params_arg(calibration, gpu_name, old.job.precision)
+    _parsed(clock, started_s)
+    plan = replan(old, gpus, cluster=loaded, params=params, objective=objective,
+                  straggler_slowdown=straggler_slowdown, **search)  # fmt: skip
+    return plan, loaded
+
+
+def _output(
+    plan: Plan,
+    save: Path | None,
+    report: Path | None,
+    loaded: LoadedCluster | None,
+    as_json: bool,
+    clock: PhaseClock,
+    timings: bool,
+    verbose: bool,
+) -> None:
+    """Save, report and print the plan (with its timings when asked); exit status 1 when it holds no layout."""
+    with clock.phase("output"):
+        if save is not None:
+            plan.save(save)
+        if report is not None:
+            from optlayout.report import plan_report_html, write_report
+
+            topo = loaded.topology if loaded is not None and plan.layouts else None
+            shown = plan.model_copy(update={"phases_s": clock.phases_s()})
+            topo = topo if topo is not None and topo.num_gpus == plan.gpus else None
+            write_report(plan_report_html(shown, topo, timings=timings), report)
+        payload = plan_json(plan) if as_json else None
+    if payload is not None:
+        if timings:
+            payload["timings"] = timings_json(clock.phases_s())
+        common.print_json(payload)
     else:
-        print_plan(plan)
+        with clock.phase("output"):
+            print_plan(plan)
+    if verbose:
+        common.err_console.print(timings_line(clock.phases_s()), soft_wrap=True)
     if plan.status in ("infeasible", "unknown"):
         if as_json:
             common.err_console.print(f"{plan.status}: {plan.diagnosis}")
         raise typer.Exit(1)
 
 
-def _plan_gpu(plan: object) -> str:
-    from optlayout.plan import Plan
-
-    assert isinstance(plan, Plan)
+def _plan_gpu(plan: Plan) -> str:
     if plan.cluster is not None:
         return plan.cluster.gpu
     if plan.topology_doc is not None:
@@ -278,19 +353,15 @@ def _plan_gpu(plan: object) -> str:
     return ""
 
 
-def plan_json(plan: object) -> dict:
-    """The `--json` schema: status, solve_time_s, layouts [{layout, prediction}], and the plan's context.
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The `--json` schema: status, layouts [{layout, prediction}], and the plan's context; the same input
+    gives the same JSON (`--timings` adds a `timings` object, the one part that changes run to run).
 
     Added without changing the keys above: `objective`; per layout `goodput` (with failure and storage
     inputs) and `straggler` (with a slowdown); `replanned_from` and `changes` after --from-plan."""
-    from optlayout.plan import Plan
-
-    assert isinstance(plan, Plan)
     out = {
         "schema_version": plan.schema_version,
         "status": plan.status,
-        "solve_time_s": round(plan.solve_time_s, 4),
-        "build_time_s": round(plan.build_time_s, 4),
         "candidates": plan.candidates,
         "model": plan.model.name,
         "topology": plan.topology_name,
@@ -309,10 +380,7 @@ def plan_json(plan: object) -> dict:
     return out
 
 
-def _layout_json(p: object) -> dict:
-    from optlayout.plan import PlannedLayout
-
-    assert isinstance(p, PlannedLayout)
+def _layout_json(p: PlannedLayout) -> dict[str, Any]:
     row = {"rank": p.rank, "layout": p.layout.model_dump(mode="json"), "prediction": p.prediction.model_dump()}
     if p.goodput is not None:
         row["goodput"] = p.goodput.model_dump(mode="json")
@@ -321,18 +389,16 @@ def _layout_json(p: object) -> dict:
     return row
 
 
-def print_plan(plan: object) -> None:
-    from optlayout.plan import Plan
+def print_plan(plan: Plan) -> None:
     from optlayout.solver.explain import why_it_lost
 
-    assert isinstance(plan, Plan)
     con = common.console
     if not plan.layouts:
         con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}")
         return
     con.print(
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "
-        f"[bold]{plan.status}[/bold] in {plan.solve_time_s:.3f} s over {plan.candidates} candidates"
+        f"[bold]{plan.status}[/bold] over {plan.candidates} candidates (CP-SAT {plan.cpsat_time_s:.3f} s)"
         + (" (objective: goodput)" if plan.objective == "goodput" else "")
     )
     has_goodput = any(p.goodput is not None for p in plan.layouts)
@@ -396,11 +462,9 @@ def _hours(seconds: float) -> str:
     return f"{hours:,.0f} h" if hours >= 100 else f"{hours:.3g} h"
 
 
-def replan_line(plan: object) -> str:
+def replan_line(plan: Plan) -> str:
     """One line: where the re-plan came from, which dimensions change, whether the checkpoint reshards."""
-    from optlayout.plan import Plan
-
-    assert isinstance(plan, Plan) and plan.replan is not None
+    assert plan.replan is not None
     r = plan.replan
     head = f"re-planned from {r.from_gpus} to {plan.gpus} GPUs"
     if r.from_layout is None:
@@ -434,8 +498,8 @@ def explain_command(
     as_json: common.JsonOpt = False,
 ) -> None:
     """Where your own layout ranks among all legal layouts, and which terms cost it against the best."""
-    from optlayout.api import explain_layout
-    from optlayout.layout_text import parse_layout
+    from optlayout.layout import parse_layout
+    from optlayout.planning import explain_layout
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
+
+if TYPE_CHECKING:
+    from optlayout.topology.discovery import FabricChoice, ScaleUpChoice
 
 SOURCE_HELP = "nvidia-smi (`nvidia-smi topo -m` output) | nccl-xml (NCCL_TOPO_DUMP_FILE) | slurm (topology.conf)"
 
@@ -31,9 +34,12 @@ def show_command(
     """GPUs, servers, NVLink domains, bandwidth and latency per link level, bisection bandwidth."""
     from optlayout.topology import resolve_cluster
 
-    if (file is None) == (cluster is None):
-        raise OptlayoutError("topology: give a topology FILE or --cluster gpu=...,gpus=... (exactly one)")
-    topo = resolve_cluster(file if file is not None else cluster)  # type: ignore[arg-type]
+    if file is not None and cluster is None:
+        topo = resolve_cluster(file)
+    elif cluster is not None and file is None:
+        topo = resolve_cluster(cluster)
+    else:
+        raise InputError("topology: give a topology FILE or --cluster gpu=...,gpus=... (exactly one)")
     summary = topo.summary()
     if as_json:
         common.print_json(summary)
@@ -87,24 +93,24 @@ def discover_command(
     name: Annotated[str | None, typer.Option("--name", help="topology name (default: output file stem)")] = None,
 ) -> None:
     """Write a topology file from nvidia-smi topo -m, an NCCL topology dump or a Slurm topology.conf."""
-    from optlayout.discovery import SOURCES, DiscoverOptions, discover, dump_topology
     from optlayout.topology import topology_from_dict
+    from optlayout.topology.discovery import SOURCES, DiscoverOptions, discover, dump_topology
 
     if source not in SOURCES:
-        raise OptlayoutError(f"from: unknown source {source!r}; valid: {', '.join(SOURCES)}")
+        raise InputError(f"from: unknown source {source!r}; valid: {', '.join(SOURCES)}")
     _check_choices(scale_up, fabric, servers, gpus_per_server, oversubscription)
     try:
         text = file.read_text()
     except FileNotFoundError:
-        raise OptlayoutError(f"{source}: no such file {str(file)!r}") from None
+        raise InputError(f"{source}: no such file {str(file)!r}") from None
     options = DiscoverOptions(
         gpu=gpu,
         servers=servers,
         gpus_per_server=gpus_per_server,
         nics_per_server=nics_per_server,
         nic_gbps=nic_gbps,
-        scale_up=scale_up,  # type: ignore[arg-type]
-        fabric=fabric,  # type: ignore[arg-type]
+        scale_up=cast("ScaleUpChoice", scale_up),  # checked by _check_choices
+        fabric=cast("FabricChoice", fabric),  # checked by _check_choices
         servers_per_leaf=servers_per_leaf,
         oversubscription=oversubscription,
         name=name or (output.stem if output else file.stem),
@@ -125,10 +131,10 @@ def discover_command(
 
 def _check_choices(scale_up: str, fabric: str, servers: int, gpus_per_server: int, oversubscription: float) -> None:
     if scale_up not in ("auto", "nvswitch", "mesh", "pcie"):
-        raise OptlayoutError(f"scale-up: {scale_up!r} is not one of auto, nvswitch, mesh, pcie")
+        raise InputError(f"scale-up: {scale_up!r} is not one of auto, nvswitch, mesh, pcie")
     if fabric not in ("rail", "fat-tree"):
-        raise OptlayoutError(f"fabric: {fabric!r} is not one of rail, fat-tree")
+        raise InputError(f"fabric: {fabric!r} is not one of rail, fat-tree")
     if servers < 1 or gpus_per_server < 1:
-        raise OptlayoutError(f"servers/gpus-per-server: must be positive (got {servers}, {gpus_per_server})")
+        raise InputError(f"servers/gpus-per-server: must be positive (got {servers}, {gpus_per_server})")
     if oversubscription < 1:
-        raise OptlayoutError(f"oversubscription: must be at least 1 (got {oversubscription})")
+        raise InputError(f"oversubscription: must be at least 1 (got {oversubscription})")

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
 from optlayout.cost.comm import GroupLinks, LinkSource, group_links
 from optlayout.cost.flops import hardware_flops_per_token, mfu, model_flops_per_token
-from optlayout.cost.memory import (
-    MemoryBreakdown,
-    memory_per_gpu,
-    stage_layer_counts,
-    stage_params,
-    usable_memory_bytes,
-    vp_fits,
-)
+from optlayout.cost.memory import MemoryBreakdown, memory_per_gpu, usable_memory_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.cost.step import TimeBreakdown, step_time
-from optlayout.errors import OptlayoutError
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
 
 __all__ = [
@@ -29,11 +22,9 @@ __all__ = [
     "MemoryBreakdown",
     "Prediction",
     "TimeBreakdown",
-    "check_layout",
-    "estimate",
     "evaluate",
     "group_links",
-    "layout_problems",
+    "usable_memory_bytes",
 ]
 
 
@@ -51,45 +42,6 @@ class Prediction(BaseModel):
     memory: dict[str, float]
     time: dict[str, float]
     fullest_stage: int
-
-
-def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> list[str]:
-    """Rules a layout must satisfy to run at all, independent of memory; empty when legal."""
-    problems = []
-    if layout.gpus != gpus:
-        problems.append(f"tp*pp*cp*dp = {layout.gpus} but the cluster has {gpus} GPUs")
-    if model.heads % layout.tp:
-        problems.append(f"heads ({model.heads}) not divisible by tp ({layout.tp})")
-    if model.kv_heads % layout.tp and layout.tp % model.kv_heads:
-        problems.append(f"kv_heads ({model.kv_heads}) and tp ({layout.tp}): neither divides the other")
-    if layout.pp > model.layers:
-        problems.append(f"pp ({layout.pp}) exceeds the layer count ({model.layers})")
-    if job.seq_len % (2 * layout.cp) and layout.cp > 1:
-        problems.append(f"seq_len ({job.seq_len}) not divisible by 2*cp ({2 * layout.cp}) for load-balanced CP")
-    try:
-        counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
-    except ValueError as exc:
-        problems.append(str(exc))
-        counts = []
-    if layout.vp > 1 and counts and not vp_fits(counts, layout.vp):
-        problems.append(f"layers per stage {sorted(set(counts))} cannot be split into vp ({layout.vp}) chunks")
-    if layout.vp > 1 and layout.grad_accum % layout.pp:
-        problems.append(f"interleaved schedule needs micro-batches ({layout.grad_accum}) divisible by pp ({layout.pp})")
-    if layout.pp > 1 and layout.grad_accum < layout.pp:
-        problems.append(f"1F1B needs at least pp ({layout.pp}) micro-batches per step, got {layout.grad_accum}")
-    steps = job.sequences_per_step
-    if steps is not None and layout.global_batch != steps:
-        problems.append(
-            f"global batch micro_batch*grad_accum*dp = {layout.global_batch} differs from the job's {steps} sequences"
-        )
-    return problems
-
-
-def check_layout(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> None:
-    """Raise a one-line OptlayoutError naming the first broken rule."""
-    problems = layout_problems(model, job, layout, gpus)
-    if problems:
-        raise OptlayoutError("layout: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -152,26 +104,11 @@ def evaluate(
     topology: LinkSource,
     params: CostParams = DEFAULT_PARAMS,
     links: GroupLinks | None = None,
-    memo: dict | None = None,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> Evaluation:
-    """Memory per GPU and step time of `layout` (assumed legal: see `check_layout`)."""
+    """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`)."""
     links = links or group_links(topology, layout)
-    mem = memory_per_gpu(model, job, layout, params)
-    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
-    params_on_gpu = max(stage_params(model, layout, i, n) for i, n in enumerate(counts))
-    times = step_time(model, job, layout, gpu, links, params, params_on_gpu, memo)
+    mem = memory_per_gpu(model, job, layout, params, memo)
+    times = step_time(model, job, layout, gpu, links, params, max(mem.param_count_per_stage), memo)
     tps = layout.global_batch * job.seq_len / times.step_time_s / layout.gpus
     return Evaluation(layout, mem, times, tps, usable_memory_bytes(gpu.memory_bytes, job))
-
-
-def estimate(
-    model: ModelSpec,
-    job: JobSpec,
-    layout: Layout,
-    gpu: GpuSpec,
-    topology: LinkSource,
-    params: CostParams = DEFAULT_PARAMS,
-    links: GroupLinks | None = None,
-) -> Prediction:
-    """Predict memory per GPU and step time of `layout` (assumed legal: see `check_layout`)."""
-    return evaluate(model, job, layout, gpu, topology, params, links).prediction(model, job, gpu)

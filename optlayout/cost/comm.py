@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from optlayout.cost.params import CostParams
-from optlayout.specs import Layout
+from optlayout.layout.model import Layout
+from optlayout.layout.ranks import COSTED_ORDER, grid
 
 
 class LinkSource(Protocol):
@@ -45,7 +46,7 @@ class Link:
 
 @dataclass(frozen=True)
 class GroupLinks:
-    """The links of every parallel group of a layout, in Megatron's rank order tp-cp-dp-pp."""
+    """The links of every parallel group of a layout, placed in the rank order the cost model prices."""
 
     tp: Link
     cp: Link
@@ -55,12 +56,13 @@ class GroupLinks:
 
 
 def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
-    """Place the layout's groups in Megatron order (TP fastest, then CP, DP, PP) and read their links.
+    """Place the layout's groups in `COSTED_ORDER` (Megatron's tp-cp-ep-dp-pp: TP fastest, then CP, DP, PP)
+    and read their links.
 
-    Every pipeline stage boundary is read on its own: stage i holds ranks [i*s, (i+1)*s) with s = tp*cp*dp,
-    and each rank sends to the rank s above it. Interleaved (vp > 1), the last stage also sends to the first
-    (chunk k on stage p-1 feeds chunk k+1 on stage 0; Megatron's pipeline ranks wrap around), so that
-    boundary joins the steady state's, not the fill's."""
+    Every pipeline stage boundary is read on its own: PP is the slowest axis of that order, so stage i holds
+    ranks [i*s, (i+1)*s) with s the PP stride, and each rank sends to the rank s above it. Interleaved (vp > 1),
+    the last stage also sends to the first (chunk k on stage p-1 feeds chunk k+1 on stage 0; Megatron's pipeline
+    ranks wrap around), so that boundary joins the steady state's, not the fill's."""
 
     def link(size: int, stride: int) -> Link:
         if size <= 1:
@@ -68,13 +70,19 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
         bw, lat = topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride)
         return Link(size, bw, lat, topology.dim_domains(size, stride))
 
-    tp, cp, dp, p = layout.tp, layout.cp, layout.dp, layout.pp
-    s = tp * cp * dp
+    ranks = grid(layout, COSTED_ORDER)
+    p, s = layout.pp, ranks.stride("pp")
     fill = tuple(Link(2, *topology.pairs_link(i * s, (i + 1) * s, s)) for i in range(p - 1))
     steady = fill + ((Link(2, *topology.pairs_link((p - 1) * s, 0, s)),) if layout.vp > 1 else ())
     # the worst bandwidth and the worst latency of the boundaries, as the strided groups read their worst group
     pp = Link(2, min(b.bandwidth_Bps for b in steady), max(b.latency_s for b in steady)) if steady else link(1, 1)
-    return GroupLinks(tp=link(tp, 1), cp=link(cp, tp), dp_cp=link(dp * cp, tp), pp=pp, pp_fill=fill)
+    return GroupLinks(
+        tp=link(*ranks.span(["tp"])),
+        cp=link(*ranks.span(["cp"])),
+        dp_cp=link(*ranks.span(["dp", "cp"])),
+        pp=pp,
+        pp_fill=fill,
+    )
 
 
 def _ring_latency_s(link: Link, passes: int, params: CostParams | None) -> float:

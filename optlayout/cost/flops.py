@@ -19,7 +19,7 @@ def attention_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = Tru
 
 def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
     """Model FLOPs per trained token: 6N (matmul parameters) plus the attention term."""
-    return 6.0 * model.matmul_params + attention_flops_per_token(model, seq_len, causal)
+    return 6.0 * model.matmul_param_count + attention_flops_per_token(model, seq_len, causal)
 
 
 def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: Recompute, causal: bool = True) -> float:
@@ -27,7 +27,7 @@ def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: Recomput
     base = model_flops_per_token(model, seq_len, causal)
     attn_fwd = attention_flops_per_token(model, seq_len, causal) / 3
     if recompute == Recompute.full:
-        layers_fwd = 2.0 * model.layers * (model.attention_params + model.mlp_params)
+        layers_fwd = 2.0 * model.layers * (model.attention_param_count + model.mlp_param_count)
         return base + layers_fwd + attn_fwd
     if recompute == Recompute.selective:
         return base + attn_fwd

@@ -12,8 +12,10 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from optlayout.cost.params import CostParams
+from optlayout.layout.stages import rank_chunk_sizes, stage_split
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 ACT_BYTES = 2  # 16-bit activations
@@ -25,7 +27,8 @@ class MemoryBreakdown:
 
     stage: int
     layers_on_stage: int
-    params_on_gpu: float
+    param_count_on_gpu: float
+    param_count_per_stage: tuple[float, ...]  # parameters one GPU of each stage holds (checkpoints need them all)
     weights_bytes: float
     gradients_bytes: float
     optimizer_bytes: float
@@ -42,121 +45,46 @@ class MemoryBreakdown:
         return self.state_bytes + self.activations_bytes + self.buffers_bytes + self.reserve_bytes
 
 
-def stage_layer_counts(layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
-    """Transformer layers on each pipeline stage.
-
-    Given first/last counts, the rest split evenly. Otherwise an even split when `pp` divides `layers`;
-    else, if `layers + 2` divides, the embedding and the output layer each count as one layer (Llama 3:
-    126 layers on 16 stages = 7, 8 x 14, 7); else the remainder goes to the middle stages.
-    """
-    if pp == 1:
-        return [layers]
-    if first is not None or last is not None:
-        f = first if first is not None else None
-        la = last if last is not None else None
-        fixed = (f or 0) + (la or 0)
-        free_stages = pp - (f is not None) - (la is not None)
-        rest = layers - fixed
-        if rest < 0 or (free_stages and rest % free_stages) or (not free_stages and rest):
-            raise ValueError(f"{layers} layers cannot be split over {pp} stages with first={first}, last={last}")
-        mid = rest // free_stages if free_stages else 0
-        if free_stages and mid < 1:
-            raise ValueError(f"{layers} layers leave no layer for the middle stages with first={first}, last={last}")
-        return [f if f is not None else mid] + [mid] * (pp - 2) + [la if la is not None else mid]
-    if layers % pp == 0:
-        return [layers // pp] * pp
-    if (layers + 2) % pp == 0 and (layers + 2) // pp >= 2:
-        per = (layers + 2) // pp
-        return [per - 1] + [per] * (pp - 2) + [per - 1]
-    base, extra = divmod(layers, pp)
-    counts = [base] * pp
-    for i in range(extra):
-        counts[1 + i % (pp - 2) if pp > 2 else i] += 1
-    return counts
-
-
-def split_layers(layers: int, pp: int) -> tuple[int | None, int | None] | None:
-    """A Megatron-expressible split of `layers` over `pp` stages: (first, last) layer counts, None for even.
-
-    Even when `pp` divides `layers`; else the smallest middle stage m >= layers / pp that leaves the first
-    and last stages between them no more than 2m layers, split as evenly as it goes with the spare layer on the
-    first stage (the last also runs the output layer and the loss), as `--decoder-first/last-pipeline-num-
-    layers` express: 126 layers on 16 stages = 7, 8 x 14, 7; 61 on 4 = 15, 16, 16, 14. None when no split
-    exists (returned as the bare None, distinct from `(None, None)`).
-    """
-    if pp == 1 or layers % pp == 0:
-        return (None, None)
-    for middle in range(-(-layers // pp), layers):
-        rest = layers - middle * (pp - 2)
-        if rest < 2:
-            return None
-        if rest <= 2 * middle:
-            return rest - rest // 2, rest // 2
-    return None
-
-
-def vp_fits(counts: list[int] | set[int], vp: int) -> bool:
-    """Whether `vp` virtual chunks per stage are legal: the fullest stages split into `vp` equal chunks, so
-    they pace the interleaved schedule; lighter first/last stages get lighter chunks (`chunk_layer_counts`,
-    emitted as Megatron's `--pipeline-model-parallel-layout` or torchtitan's module lists)."""
-    fullest = max(counts)
-    return fullest % vp == 0 and fullest >= vp
-
-
-def chunk_layer_counts(counts: list[int], vp: int) -> list[int]:
-    """Layers of each virtual stage in model order (stage s runs on pp rank s % pp as its chunk s // pp).
-
-    Each rank's layers spread as evenly as its `vp` chunks allow; the first rank's lighter chunks come first
-    (next to the embedding), the others' last (the last rank's next to the loss), as Llama 3 405B's
-    pipeline does: 126 layers, pp 16, vp 8 leave the first chunk the embedding and the last the loss.
-    """
-    pp = len(counts)
-    per_rank = [rank_chunk_sizes(n, vp, first=r == 0) for r, n in enumerate(counts)]
-    return [per_rank[s % pp][s // pp] for s in range(pp * vp)]
-
-
-def rank_chunk_sizes(layers: int, vp: int, first: bool) -> list[int]:
-    """One rank's `layers` over its `vp` chunks, as even as possible; lighter chunks first on the first rank."""
-    small, extra = divmod(layers, vp)
-    sizes = [small] * (vp - extra) + [small + 1] * extra
-    return sizes if first else sizes[::-1]
-
-
 def kv_width_per_rank(model: ModelSpec, tp: int) -> float:
     """Key (or value) width one TP rank holds: kv_heads / tp heads, or one replicated head when tp > kv_heads
     (Megatron replicates query groups so that each rank has one)."""
     return max(model.kv_width / tp, float(model.head_size))
 
 
-def layer_params_per_rank(model: ModelSpec, tp: int) -> float:
+def layer_param_count_per_rank(model: ModelSpec, tp: int) -> float:
     """Parameters of one transformer layer on one TP rank, with replicated K/V heads when tp > kv_heads."""
     kv_bias = 2 if model.bias else 0
     kv = (2 * model.hidden + kv_bias) * model.kv_width
     kv_rank = (2 * model.hidden + kv_bias) * kv_width_per_rank(model, tp)
-    return (model.layer_params - kv) / tp + kv_rank
+    return (model.layer_param_count - kv) / tp + kv_rank
 
 
-def stage_params(model: ModelSpec, layout: Layout, stage: int, layers_on_stage: int) -> float:
+def stage_param_count(model: ModelSpec, layout: Layout, stage: int, layers_on_stage: int) -> float:
     """Parameters held by one GPU of a stage (TP-sharded; vocab-parallel embedding and output layer)."""
-    total = layers_on_stage * layer_params_per_rank(model, layout.tp) * layout.tp
+    total = layers_on_stage * layer_param_count_per_rank(model, layout.tp) * layout.tp
     last = layout.pp - 1
     if stage == 0:
-        total += model.embedding_params
+        total += model.embedding_param_count
     if stage == last:
-        total += model.output_params
+        total += model.output_param_count
         if model.tied_embeddings and layout.pp > 1:
             total += model.vocab * model.hidden  # the last stage keeps its own copy of the tied matrix
     return total / layout.tp
 
 
+def param_count_per_stage(model: ModelSpec, layout: Layout) -> tuple[float, ...]:
+    """Parameters one GPU of each pipeline stage holds."""
+    return tuple(stage_param_count(model, layout, i, n) for i, n in enumerate(stage_split(layout, model.layers)))
+
+
 def state_bytes_per_gpu(
-    params_on_gpu: float, job: JobSpec, sharding: Sharding, shard_group: int
+    param_count_on_gpu: float, job: JobSpec, sharding: Sharding, shard_group: int
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes on one GPU; ZeRO/FSDP shard over the data-parallel group."""
     d = max(shard_group, 1)
-    weights = params_on_gpu * job.weight_bytes_per_param / (d if sharding == Sharding.fsdp else 1)
-    grads = params_on_gpu * job.grad_bytes_per_param / (d if sharding in (Sharding.zero2, Sharding.fsdp) else 1)
-    optim = params_on_gpu * job.optimizer_bytes_per_param / (d if sharding != Sharding.none else 1)
+    weights = param_count_on_gpu * job.weight_bytes_per_param / (d if sharding == Sharding.fsdp else 1)
+    grads = param_count_on_gpu * job.grad_bytes_per_param / (d if sharding in (Sharding.zero2, Sharding.fsdp) else 1)
+    optim = param_count_on_gpu * job.optimizer_bytes_per_param / (d if sharding != Sharding.none else 1)
     return weights, grads, optim
 
 
@@ -226,9 +154,29 @@ def _candidate_fullest_stages(counts: list[int]) -> list[int]:
     return [0, middle, len(counts) - 1]
 
 
-def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams) -> MemoryBreakdown:
-    """Memory on the fullest pipeline stage, per GPU."""
-    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+def stage_shape(
+    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None = None
+) -> tuple[list[int], tuple[float, ...]]:
+    """(layers on each stage, parameters one GPU of each stage holds): what the stage split gives, reused
+    through `memo` (owned by the caller for one model) by every layout of the same tp, pp and split."""
+    key = ("stage_shape", layout.tp, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    shape = memo.get(key) if memo is not None else None
+    if shape is None:
+        shape = (stage_split(layout, model.layers), param_count_per_stage(model, layout))
+        if memo is not None:
+            memo[key] = shape
+    return shape
+
+
+def memory_per_gpu(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> MemoryBreakdown:
+    """Memory on the fullest pipeline stage, per GPU (`memo`: see `stage_shape`)."""
+    counts, per_stage = stage_shape(model, layout, memo)
     per_layer = activation_bytes_per_layer(model, job, layout)
     shard_group = layout.dp * layout.cp
     tokens = job.seq_len * layout.micro_batch / layout.cp
@@ -240,7 +188,7 @@ def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostP
     best: MemoryBreakdown | None = None
     for stage in _candidate_fullest_stages(counts):
         layers = counts[stage]
-        p_gpu = stage_params(model, layout, stage, layers)
+        p_gpu = per_stage[stage]
         weights, grads, optim = state_bytes_per_gpu(p_gpu, job, layout.sharding, shard_group)
         held_layers, first_chunk = inflight_layers(layout, counts, stage)
         acts = per_layer * held_layers + recomputing
@@ -252,12 +200,13 @@ def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostP
         buffers = 0.0
         if layout.sharding == Sharding.fsdp and shard_group > 1:
             # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-            unsharded = params.fsdp_prefetch_layers * layer_params_per_rank(model, layout.tp)
+            unsharded = params.fsdp_prefetch_layers * layer_param_count_per_rank(model, layout.tp)
             buffers = unsharded * (job.weight_bytes_per_param + job.grad_bytes_per_param)
         row = MemoryBreakdown(
             stage=stage,
             layers_on_stage=layers,
-            params_on_gpu=p_gpu,
+            param_count_on_gpu=p_gpu,
+            param_count_per_stage=per_stage,
             weights_bytes=weights,
             gradients_bytes=grads,
             optimizer_bytes=optim,
@@ -274,3 +223,57 @@ def memory_per_gpu(model: ModelSpec, job: JobSpec, layout: Layout, params: CostP
 def usable_memory_bytes(capacity_bytes: float, job: JobSpec) -> float:
     """GPU memory a layout may fill: capacity less the job's headroom fraction."""
     return capacity_bytes * (1.0 - job.memory_headroom)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Memory per GPU of a layout from a bare parameter count (split evenly over tp x pp: no shape, no
+    activations) or from a model shape (the fullest stage's state; with the job's activations, buffers and
+    reserve when `breakdown` is set)."""
+
+    param_count: float
+    param_count_on_gpu: float
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    breakdown: MemoryBreakdown | None = None
+
+    @property
+    def state_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def activations_bytes(self) -> float | None:
+        return self.breakdown.activations_bytes if self.breakdown is not None else None
+
+    @property
+    def total_bytes(self) -> float:
+        if self.breakdown is None:
+            return self.state_bytes
+        b = self.breakdown
+        return self.state_bytes + b.activations_bytes + b.reserve_bytes + b.buffers_bytes
+
+
+def memory_estimate(
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    *,
+    model: ModelSpec | None = None,
+    param_count: float | None = None,
+    with_activations: bool = True,
+) -> MemoryEstimate:
+    """Memory per GPU from exactly one of `model` (with its activations when `with_activations`) and a
+    bare `param_count`; the state shards over dp x cp as the layout's sharding says."""
+    breakdown = None
+    if model is None:
+        if param_count is None:
+            raise ValueError("give a model or a parameter count")
+        total, on_gpu = param_count, param_count / (layout.tp * layout.pp)
+    elif with_activations:
+        breakdown = memory_per_gpu(model, job, layout, params)
+        total, on_gpu = model.param_count, breakdown.param_count_on_gpu
+    else:
+        total, on_gpu = model.param_count, max(param_count_per_stage(model, layout))
+    weights, grads, optim = state_bytes_per_gpu(on_gpu, job, layout.sharding, layout.dp * layout.cp)
+    return MemoryEstimate(total, on_gpu, weights, grads, optim, breakdown)

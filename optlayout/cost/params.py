@@ -162,13 +162,13 @@ class CostParams(BaseModel):
         2, ge=1, description="unsharded layers alive at once under FSDP (current + prefetched next; PyTorch FSDP2)"
     )
     step_overhead_s: float = Field(0.0, ge=0, description="fixed per-step host overhead (data loading, logging)")
-    dp_bucket_params: float = Field(
+    dp_bucket_param_count: float = Field(
         40e6,
         gt=0,
         description="parameters per gradient bucket (one reduce-scatter / all-gather / all-reduce each), at least; "
         "Source: Megatron-LM DistributedDataParallelConfig.bucket_size default max(40,000,000, 1,000,000 x dp).",
     )
-    dp_bucket_params_per_rank: float = Field(
+    dp_bucket_param_count_per_rank: float = Field(
         1e6, ge=0, description="bucket parameters per data-parallel rank (the 1,000,000 x dp of the same default)"
     )
     nccl_base_latency_s: float = Field(

@@ -11,11 +11,14 @@ recomputation repeats the forward (full) or the attention core (selective). The 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from optlayout.cost import comm
-from optlayout.cost.memory import kv_width_per_rank, stage_layer_counts
+from optlayout.cost.memory import kv_width_per_rank
 from optlayout.cost.params import CostParams
+from optlayout.layout.stages import stage_split
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
@@ -219,14 +222,14 @@ def step_time(
     gpu: GpuSpec,
     links: comm.GroupLinks,
     params: CostParams,
-    params_on_gpu: float,
-    memo: dict | None = None,
+    param_count_on_gpu: float,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> TimeBreakdown:
     """Compose one optimizer step on the slowest stage.
 
     `memo` (optional, owned by the caller for one model, job, GPU, topology and params) reuses the layer and
     stage times that many layouts share: they depend only on (tp, cp, micro_batch, sequence_parallel) and
-    the recomputation and stage shape.
+    the recomputation and stage shape; and the kinds of stage a split has.
     """
     lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel)
     lt = memo.get(lkey) if memo is not None else None
@@ -234,10 +237,15 @@ def step_time(
         lt = layer_times(model, job, layout, gpu, links, params)
         if memo is not None:
             memo[lkey] = lt
-    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
-    kinds = {(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)}  # stages alike cost alike
+    kinds_key = ("stage_kinds", layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+    kinds = memo.get(kinds_key) if memo is not None else None
+    if kinds is None:
+        counts = stage_split(layout, model.layers)
+        kinds = sorted({(n, i == 0, i == layout.pp - 1) for i, n in enumerate(counts)})  # stages alike cost alike
+        if memo is not None:
+            memo[kinds_key] = kinds
     stages = []
-    for kind in sorted(kinds):
+    for kind in kinds:
         skey = (*lkey, layout.recompute, *kind)
         st = memo.get(skey) if memo is not None else None
         if st is None:
@@ -270,13 +278,13 @@ def step_time(
 
     # Data parallel over dp x cp, in Megatron's buckets (one collective each; FSDP: one per layer).
     d = links.dp_cp
-    grads_bytes = params_on_gpu * job.grad_bytes_per_param
-    weights_bytes = params_on_gpu * job.weight_bytes_per_param
+    grads_bytes = param_count_on_gpu * job.grad_bytes_per_param
+    weights_bytes = param_count_on_gpu * job.weight_bytes_per_param
     overlap = params.dp_comm_overlap
-    bucket = max(params.dp_bucket_params, params.dp_bucket_params_per_rank * d.size)
-    buckets = max(1, math.ceil(params_on_gpu / bucket))
+    bucket = max(params.dp_bucket_param_count, params.dp_bucket_param_count_per_rank * d.size)
+    buckets = max(1, math.ceil(param_count_on_gpu / bucket))
 
-    def bucketed(collective, total_bytes: float) -> float:
+    def bucketed(collective: Callable[[float, comm.Link, float, CostParams], float], total_bytes: float) -> float:
         return buckets * collective(total_bytes / buckets, d, eff, params)
 
     if layout.sharding == Sharding.fsdp:
@@ -299,9 +307,9 @@ def step_time(
     else:
         dp_comm = max(0.0, bucketed(comm.all_reduce_s, grads_bytes) - overlap * slowest.compute_bwd_s)
 
-    local_params = params_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
+    local_param_count = param_count_on_gpu / (d.size if layout.sharding != Sharding.none else 1)
     optimizer = (
-        local_params * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
+        local_param_count * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
         + 20 * params.kernel_overhead_s
     )
     compute = m * (slowest.compute_fwd_s + slowest.compute_bwd_s)

@@ -1,8 +1,14 @@
 """Launcher configs for a plan: one module per launcher, and `emit(fmt, ...)` to pick one by name.
 
 Every emitter takes `(model, job, layout, gpus_per_node=8)`, checks that the job's global batch (when given)
-equals micro_batch x grad_accum x dp, and refuses a plan its launcher would reject with an OptlayoutError
-naming the rule.
+equals micro_batch x grad_accum x dp, and refuses a plan its launcher would reject, or would run with more
+memory than the memory model counted, with an UnsupportedError naming the rule (also a rank order that would
+place the layout's groups on other ranks than the cost model priced). `emit` gives what the launcher
+reads, as it reads it; `emit_notes` gives what goes with it (the launch command, the launcher version, what
+was substituted), which the TOML, YAML and Python forms also carry as comments.
+
+Launcher versions: Megatron-LM main (d98e8a64) / megatron-core 0.16, megatron-bridge 0.3.1, torchtitan 0.3.0
+(the default) and 0.2.2, DeepSpeed 0.19.8, Accelerate 1.15.
 """
 
 from __future__ import annotations
@@ -11,9 +17,10 @@ import shlex
 from collections.abc import Sequence
 
 from optlayout.emit._checks import global_batch, node_count
-from optlayout.emit.accelerate import accelerate_config, accelerate_yaml
-from optlayout.emit.deepspeed import deepspeed_config, deepspeed_json
-from optlayout.emit.megatron import FsdpImpl, megatron_args, megatron_problems, megatron_text
+from optlayout.emit.accelerate import accelerate_config, accelerate_notes, accelerate_yaml
+from optlayout.emit.deepspeed import deepspeed_config, deepspeed_json, deepspeed_notes
+from optlayout.emit.megatron import FsdpImpl, megatron_args, megatron_notes, megatron_problems, megatron_text
+from optlayout.emit.megatron_bridge import bridge_notes, bridge_overrides, bridge_text
 from optlayout.emit.mesh import MESH_ORDER, build_device_mesh, emit_mesh, mesh_code, mesh_dims, mesh_groups
 from optlayout.emit.ranks import (
     DEFAULT_ORDER,
@@ -27,31 +34,49 @@ from optlayout.emit.ranks import (
     rank_map,
 )
 from optlayout.emit.ranks import render as render_ranks
-from optlayout.emit.torchtitan import torchtitan_config, torchtitan_overrides, torchtitan_toml
-from optlayout.errors import OptlayoutError
+from optlayout.emit.torchtitan import (
+    CURRENT_TORCHTITAN,
+    TORCHTITAN_VERSIONS,
+    torchtitan_config,
+    torchtitan_notes,
+    torchtitan_overrides,
+    torchtitan_python,
+    torchtitan_toml,
+)
+from optlayout.errors import InputError
+from optlayout.layout.ranks import check_costed_order
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
-FORMATS = ("megatron", "torchtitan", "deepspeed", "accelerate", "mesh", "ranks")
+FORMATS = ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh", "ranks")
 
 __all__ = [
+    "CURRENT_TORCHTITAN",
     "DEFAULT_ORDER",
     "FORMATS",
     "MESH_ORDER",
     "ORDERS",
+    "TORCHTITAN_VERSIONS",
     "DomainViolation",
     "RankMap",
     "accelerate_config",
+    "accelerate_notes",
     "accelerate_yaml",
+    "bridge_notes",
+    "bridge_overrides",
+    "bridge_text",
     "build_device_mesh",
     "check_groups_in_domain",
     "check_tp_in_domain",
     "deepspeed_config",
     "deepspeed_json",
+    "deepspeed_notes",
     "emit",
     "emit_mesh",
+    "emit_notes",
     "env_lines",
     "hostfile",
     "megatron_args",
+    "megatron_notes",
     "megatron_problems",
     "megatron_text",
     "mesh_code",
@@ -60,9 +85,23 @@ __all__ = [
     "rank_map",
     "render_ranks",
     "torchtitan_config",
+    "torchtitan_notes",
     "torchtitan_overrides",
+    "torchtitan_python",
     "torchtitan_toml",
 ]
+
+
+def _format(fmt: str, overrides: bool, torchtitan_version: str) -> str:
+    key = fmt.strip().lower()
+    if key not in FORMATS:
+        raise InputError(f"format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
+    if overrides and (key != "torchtitan" or torchtitan_version != "0.2.2"):
+        raise InputError("overrides: only torchtitan 0.2.2 takes --section.key overrides (0.3.0 runs Python)")
+    if torchtitan_version not in TORCHTITAN_VERSIONS:
+        valid = ", ".join(TORCHTITAN_VERSIONS)
+        raise InputError(f"torchtitan-version: one of {valid} (got {torchtitan_version!r})")
+    return key
 
 
 def emit(
@@ -76,30 +115,62 @@ def emit(
     order: str = DEFAULT_ORDER,
     fsdp_impl: FsdpImpl = "megatron",
     hostnames: Sequence[str] | None = None,
+    torchtitan_version: str = CURRENT_TORCHTITAN,
 ) -> str:
-    """The launcher text for `fmt` in megatron|torchtitan|deepspeed|accelerate|mesh|ranks.
+    """The launcher text for `fmt` in megatron|megatron-bridge|torchtitan|deepspeed|accelerate|mesh|ranks.
 
-    `overrides` (torchtitan) gives `--section.key value` flags instead of TOML; `order` picks Megatron's rank
-    order (megatron, ranks); `fsdp_impl` picks Megatron-FSDP or torch FSDP2 (megatron); `hostnames` names
-    the nodes of the rank map (ranks).
+    `torchtitan_version` picks torchtitan 0.3.0 (a Python config module) or 0.2.2 (TOML; `overrides` gives
+    `--section.key value` flags instead); `order` picks Megatron's rank order (megatron, ranks); `fsdp_impl`
+    picks Megatron-FSDP or torch FSDP2 (megatron); `hostnames` names the nodes (ranks; accelerate's main process).
     """
-    key = fmt.strip().lower()
-    if key not in FORMATS:
-        raise OptlayoutError(f"format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
-    if overrides and key != "torchtitan":
-        raise OptlayoutError("overrides: only the torchtitan format has CLI overrides")
+    key = _format(fmt, overrides, torchtitan_version)
+    if key in ("megatron", "ranks"):
+        check_costed_order(layout, order)
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
+    if key == "megatron-bridge":
+        return bridge_text(model, job, layout, gpus_per_node)
     if key == "torchtitan":
+        if torchtitan_version == "0.3.0":
+            return torchtitan_python(model, job, layout, gpus_per_node)
         if overrides:
             return shlex.join(torchtitan_overrides(model, job, layout, gpus_per_node)) + "\n"
         return torchtitan_toml(model, job, layout, gpus_per_node)
     if key == "deepspeed":
         return deepspeed_json(model, job, layout, gpus_per_node)
     if key == "accelerate":
-        return accelerate_yaml(model, job, layout, gpus_per_node)
+        return accelerate_yaml(model, job, layout, gpus_per_node, hostnames)
     if key == "mesh":
         return emit_mesh(model, job, layout, gpus_per_node)
     global_batch(job, layout, "ranks")
     node_count(layout, gpus_per_node, "ranks")
     return render_ranks(rank_map(layout, gpus_per_node, order, hostnames))
+
+
+def emit_notes(
+    fmt: str,
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpus_per_node: int = 8,
+    *,
+    overrides: bool = False,
+    order: str = DEFAULT_ORDER,
+    fsdp_impl: FsdpImpl = "megatron",
+    hostnames: Sequence[str] | None = None,
+    torchtitan_version: str = CURRENT_TORCHTITAN,
+) -> list[str]:
+    """What goes with `emit`'s text (launch command, launcher version, substitutions), one line each; the CLI
+    prints them on stderr so that the text itself stays exactly what the launcher reads."""
+    key = _format(fmt, overrides, torchtitan_version)
+    if key == "megatron":
+        return megatron_notes(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
+    if key == "megatron-bridge":
+        return bridge_notes(model, job, layout, gpus_per_node)
+    if key == "torchtitan":
+        return torchtitan_notes(model, job, layout, gpus_per_node, torchtitan_version)
+    if key == "deepspeed":
+        return deepspeed_notes(model, job, layout, gpus_per_node)
+    if key == "accelerate":
+        return accelerate_notes(model, job, layout, gpus_per_node, hostnames)
+    return []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from optlayout.cost.memory import stage_layer_counts
-from optlayout.errors import OptlayoutError
+from optlayout.cost.memory import state_bytes_per_gpu
+from optlayout.errors import InputError, UnsupportedError
+from optlayout.layout.model import GRID_AXES
+from optlayout.layout.rules import pp_fits_layers
+from optlayout.layout.stages import stage_split
 from optlayout.specs import JobSpec, Layout, ModelSpec, Sharding
 
 
@@ -14,12 +17,12 @@ def global_batch(job: JobSpec, layout: Layout, who: str) -> int:
         return layout.global_batch
     per_step = layout.micro_batch * layout.dp
     if wanted % per_step:
-        raise OptlayoutError(
+        raise InputError(
             f"{who} rule global_batch % (micro_batch * dp) == 0 broken: global batch {wanted} is not a multiple of "
             f"micro_batch {layout.micro_batch} x dp {layout.dp} = {per_step}"
         )
     if wanted != layout.global_batch:
-        raise OptlayoutError(
+        raise InputError(
             f"{who} rule global_batch == micro_batch * grad_accum * dp broken: the job asks for {wanted} sequences, "
             f"the layout gives {layout.micro_batch} x {layout.grad_accum} x {layout.dp} = {layout.global_batch} "
             f"(grad_accum should be {wanted // per_step})"
@@ -30,25 +33,26 @@ def global_batch(job: JobSpec, layout: Layout, who: str) -> int:
 def node_count(layout: Layout, gpus_per_node: int, who: str) -> tuple[int, int]:
     """(nodes, processes per node) of the world; a world larger than one node must fill whole nodes."""
     if gpus_per_node < 1:
-        raise OptlayoutError(f"{who}: gpus_per_node must be at least 1 (got {gpus_per_node})")
+        raise InputError(f"{who}: gpus_per_node must be at least 1 (got {gpus_per_node})")
     world = layout.gpus
     if world <= gpus_per_node:
         return 1, world
     if world % gpus_per_node:
-        raise OptlayoutError(
-            f"{who}: world size tp*pp*cp*dp = {world} is not a multiple of gpus_per_node ({gpus_per_node})"
+        product = "*".join(a.key for a in GRID_AXES)
+        raise UnsupportedError(
+            f"{who}: world size {product} = {world} is not a multiple of gpus_per_node ({gpus_per_node})"
         )
     return world // gpus_per_node, gpus_per_node
 
 
 def stage_layers(model: ModelSpec, layout: Layout, who: str) -> list[int]:
     """Transformer layers on each pipeline rank, the same split the cost model assumes."""
-    if layout.pp > model.layers:
-        raise OptlayoutError(f"{who}: pp ({layout.pp}) exceeds the model's {model.layers} layers")
+    if not pp_fits_layers(model.layers, layout.pp):
+        raise InputError(f"{who}: pp ({layout.pp}) exceeds the model's {model.layers} layers")
     try:
-        return stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+        return stage_split(layout, model.layers)
     except ValueError as exc:
-        raise OptlayoutError(f"{who}: {exc}") from None
+        raise InputError(f"{who}: {exc}") from None
 
 
 def dp_split(layout: Layout) -> tuple[int, int]:
@@ -56,3 +60,55 @@ def dp_split(layout: Layout) -> tuple[int, int]:
     if layout.sharding is Sharding.none:
         return layout.dp, 1
     return 1, layout.dp
+
+
+def gradient_dtype(job: JobSpec, who: str) -> str:
+    """The gradient buffers the plan counted: `bf16`/`fp16` for 2 bytes per parameter, `fp32` for 4.
+
+    The emitters write the flag that makes the launcher keep exactly these (Megatron `--grad-reduce-in-bf16`,
+    DeepSpeed `data_types.grad_accum_dtype`, Megatron-Bridge `grad_reduce_in_fp32`) or refuse the plan.
+    """
+    if job.weight_bytes_per_param != 2 or job.optimizer_bytes_per_param != 12:
+        raise UnsupportedError(
+            f"{who}: the plan counted {job.weight_bytes_per_param:g} B/param of weights and "
+            f"{job.optimizer_bytes_per_param:g} of optimizer state; the launchers' mixed-precision Adam keeps 2 and 12 "
+            "(16-bit weights; fp32 master, momentum and variance)"
+        )
+    if job.grad_bytes_per_param == 2:
+        return "fp16" if job.precision == "fp16" else "bf16"
+    if job.grad_bytes_per_param == 4:
+        return "fp32"
+    raise UnsupportedError(
+        f"{who}: grad_bytes_per_param {job.grad_bytes_per_param:g} is neither 2 (16-bit gradients) nor 4 (fp32); "
+        "no launcher keeps other gradient buffers"
+    )
+
+
+def planned_state_bytes(job: JobSpec, layout: Layout) -> float:
+    """Training-state bytes per parameter the memory model counts on a GPU (sharded over dp x cp as planned)."""
+    return sum(state_bytes_per_gpu(1.0, job, layout.sharding, layout.dp * layout.cp))
+
+
+def fsdp2_state_bytes(shard: int, keep_gathered: bool) -> float:
+    """Bytes per parameter FSDP2 keeps with fp32 sharded parameters (torchtitan, Accelerate mixed precision):
+    fp32 weights, fp32 gradients (the sharded parameters' dtype) and Adam's two moments, all sharded over
+    `shard` ranks (16/shard), plus the 2-byte gathered weights when they are kept after forward."""
+    return 16 / shard + (2 if keep_gathered else 0)
+
+
+def fsdp2_fits_plan(job: JobSpec, layout: Layout, shard: int, keep_gathered: bool, who: str) -> None:
+    """Refuse a plan whose state FSDP2 would hold in more bytes than the memory model counted."""
+    gradient_dtype(job, who)
+    kept, planned = fsdp2_state_bytes(shard, keep_gathered), planned_state_bytes(job, layout)
+    if kept > planned + 1e-9:
+        raise UnsupportedError(
+            f"{who}: FSDP2 keeps {kept:.2f} B/param of state here (fp32 weights, gradients and Adam moments over "
+            f"{shard} ranks{', plus gathered 16-bit weights' if keep_gathered else ''}), the plan counted "
+            f"{planned:.2f} for {layout.sharding.value} with {job.grad_bytes_per_param:g}-byte gradients: plan with "
+            "sharding=zero1 or fsdp, or with 4-byte gradients"
+        )
+
+
+def no_dropout(job: JobSpec, who: str, why: str) -> None:
+    if job.dropout:
+        raise UnsupportedError(f"{who}: the plan counted dropout masks, but {why}")

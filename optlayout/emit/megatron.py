@@ -1,5 +1,10 @@
 """Megatron-LM `pretrain_gpt.py` arguments for a plan, refusing plans that break Megatron's own checks.
 
+Targets Megatron-LM main (checked at d98e8a64, 2026-08-22, with `parse_args` + `validate_args`) and
+megatron-core 0.16. The model flags are complete (RoPE base, Llama 3.1 RoPE scaling, norm epsilon,
+dropout); the memory-relevant flags realize the memory model's assumptions: dropout off (Megatron's
+default is 0.1) unless the job counts dropout masks, gradient buffers in 16 bits (`--grad-reduce-in-bf16`;
+Megatron keeps fp32 main gradients by default with `--bf16`) unless the job counts 4-byte gradients.
 Rules and flags follow Megatron-LM `megatron/training/arguments.py` (validate_args),
 `megatron/core/transformer/transformer_config.py` (__post_init__) and `pipeline_parallel/schedules.py`.
 There is no `--virtual-pipeline-model-parallel-size` flag: VP is given as layers per virtual stage, or as
@@ -9,14 +14,13 @@ when an uneven stage does not divide into vp chunks, as `--pipeline-model-parall
 
 from __future__ import annotations
 
-import shlex
 from typing import Literal
 
-from optlayout.cost.memory import chunk_layer_counts, vp_fits
-from optlayout.emit._checks import global_batch, node_count, stage_layers
+from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import OptlayoutError, UnsupportedError
+from optlayout.layout.stages import chunk_layer_counts, vp_fits
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 FsdpImpl = Literal["megatron", "torch"]
@@ -34,7 +38,12 @@ def megatron_problems(
 ) -> list[str]:
     """Every Megatron rule the plan breaks, one line each naming the rule; empty when Megatron accepts it."""
     problems: list[str] = []
-    for check in (lambda: global_batch(job, layout, "megatron"), lambda: node_count(layout, gpus_per_node, "megatron")):
+    checks = (
+        lambda: global_batch(job, layout, "megatron"),
+        lambda: node_count(layout, gpus_per_node, "megatron"),
+        lambda: gradient_dtype(job, "megatron"),
+    )
+    for check in checks:
         try:
             check()
         except OptlayoutError as exc:
@@ -69,6 +78,15 @@ def megatron_problems(
             model.position_embeddings >= job.seq_len,
             "max_position_embeddings >= seq_length",
             f"{model.position_embeddings} learned positions, seq_len {job.seq_len}",
+        )
+    _rule(problems, not model.alibi, "position encoding in learned_absolute, rope, yarn, mrope, none", "ALiBi")
+    scaling = model.rope_scaling
+    if scaling is not None and not model.position_embeddings:
+        _rule(
+            problems,
+            (scaling.low_freq_factor, scaling.high_freq_factor, scaling.original_max_position) == (1, 4, 8192),
+            "--use-rope-scaling fixes low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192",
+            f"the model's {scaling.low_freq_factor:g}, {scaling.high_freq_factor:g}, {scaling.original_max_position}",
         )
     _pipeline_problems(model, layout, problems)
     _sharding_problems(model, job, layout, order, fsdp_impl, problems)
@@ -160,7 +178,7 @@ def megatron_args(
     """The argument list (flags and values as separate tokens); raises naming every broken Megatron rule."""
     problems = megatron_problems(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     if problems:
-        raise OptlayoutError("; ".join(problems))
+        raise UnsupportedError("; ".join(problems))
     return [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
 
 
@@ -205,14 +223,27 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
         ("--max-position-embeddings", str(model.position_embeddings or job.seq_len)),
     ]
     flags += _model_flags(model)
-    flags += {"bf16": [("--bf16",)], "fp16": [("--fp16",)], "fp8": [("--bf16",), ("--fp8-format", "hybrid")]}[
-        job.precision
-    ]
+    dropout = "0.1" if job.dropout else "0.0"  # Megatron's default is 0.1; the memory model counts masks only if on
+    flags += [("--attention-dropout", dropout), ("--hidden-dropout", dropout)]
+    precision: dict[str, list[tuple[str, ...]]] = {
+        "bf16": [("--bf16",)], "fp16": [("--fp16",)], "fp8": [("--bf16",), ("--fp8-format", "hybrid")]
+    }  # fmt: skip
+    flags += precision[job.precision]
+    flags += _gradient_flags(job)
     return flags
 
 
+def _gradient_flags(job: JobSpec) -> list[tuple[str, ...]]:
+    """Gradient buffers of the planned width: with --bf16 Megatron accumulates and reduces in fp32 unless
+    --grad-reduce-in-bf16; with --fp16 in fp16 unless --accumulate-allreduce-grads-in-fp32 (arguments.py)."""
+    dtype = gradient_dtype(job, "megatron")
+    if job.precision == "fp16":
+        return [("--accumulate-allreduce-grads-in-fp32",)] if dtype == "fp32" else []
+    return [] if dtype == "fp32" else [("--grad-reduce-in-bf16",)]
+
+
 def _sharding_flags(layout: Layout, fsdp_impl: str) -> list[tuple[str, ...]]:
-    overlap = [("--overlap-grad-reduce",)] if layout.dp > 1 else []
+    overlap: list[tuple[str, ...]] = [("--overlap-grad-reduce",)] if layout.dp > 1 else []
     if layout.sharding is Sharding.none:
         return overlap
     if layout.sharding is Sharding.zero1:
@@ -250,8 +281,11 @@ def _model_flags(model: ModelSpec) -> list[tuple[str, ...]]:
     flags += {"swiglu": [("--swiglu",)], "relu2": [("--squared-relu",)], "gelu": []}[model.mlp]
     if not model.bias:
         flags += [("--normalization", "RMSNorm"), ("--disable-bias-linear",)]
+    flags.append(("--norm-epsilon", f"{model.norm_eps:g}"))
     if not model.position_embeddings:
-        flags.append(("--position-embedding-type", "rope"))
+        flags += [("--position-embedding-type", "rope"), ("--rotary-base", f"{model.rope_theta:.0f}")]
+        if model.rope_scaling is not None:
+            flags += [("--use-rope-scaling",), ("--rope-scaling-factor", f"{model.rope_scaling.factor:g}")]
     if not model.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights",))
     return flags
@@ -266,8 +300,34 @@ def megatron_text(
     order: str = DEFAULT_ORDER,
     fsdp_impl: FsdpImpl = "megatron",
 ) -> str:
-    """Pasteable flags, one per line with `\\` continuations, after comment lines on launch and environment."""
+    """The flags, one per line, nothing else: `pretrain_gpt.py $(cat flags.txt)` reads them back. A command
+    substitution is split at white space and never unquoted, so no comment, `\\` continuation or quote may
+    appear, and no token holds white space or a glob character (checked). The launch command and environment
+    are `megatron_notes`."""
     args = megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
+    unsafe = [t for t in args if not t or any(c.isspace() or c in "*?[]'\"\\$`" for c in t)]
+    if unsafe:
+        raise UnsupportedError(f"megatron: {unsafe[0]!r} cannot pass through $(cat file) unquoted")
+    groups: list[list[str]] = []
+    for token in args:
+        if token.startswith("--"):
+            groups.append([token])
+        else:
+            groups[-1].append(token)
+    return "\n".join(" ".join(g) for g in groups) + "\n"
+
+
+def megatron_notes(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpus_per_node: int = 8,
+    *,
+    order: str = DEFAULT_ORDER,
+    fsdp_impl: FsdpImpl = "megatron",
+) -> list[str]:
+    """What goes around the flags: the plan, the launch command, the environment and what the flags assume."""
+    megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
     nodes, per_node = node_count(layout, gpus_per_node, "megatron")
     fsdp = layout.sharding in (Sharding.zero2, Sharding.fsdp)
     env = (
@@ -275,19 +335,15 @@ def megatron_text(
         if fsdp
         else "export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron requires it with tp>1 or cp>1 before Blackwell)"
     )
-    lines = [
-        f"# optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.precision}",
-        f"# world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; rank order {order}",
-        f"# torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
-        "--master-addr $MASTER_ADDR --master-port 6000 pretrain_gpt.py \\",
-        f"# env: {env}",
-        "# add data, tokenizer, optimizer and checkpoint flags of your own",
+    grads = gradient_dtype(job, "megatron")
+    return [
+        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.precision}; Megatron-LM main "
+        "(checked at d98e8a64) / megatron-core 0.16",
+        f"world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; rank order {order}",
+        f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
+        "--master-addr $MASTER_ADDR --master-port 6000 pretrain_gpt.py $(cat megatron_flags.txt) <data, tokenizer, "
+        "optimizer and checkpoint flags>",
+        f"env: {env}",
+        f"memory as planned: {grads} gradient buffers, dropout {'0.1' if job.dropout else 'off'}, "
+        f"recompute {layout.recompute.value}, no offloading",
     ]
-    groups: list[list[str]] = []
-    for token in args:
-        if token.startswith("--"):
-            groups.append([token])
-        else:
-            groups[-1].append(token)
-    body = [shlex.join(g) for g in groups]
-    return "\n".join(lines + [line + " \\" for line in body[:-1]] + body[-1:]) + "\n"

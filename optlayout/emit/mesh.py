@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from optlayout.emit._checks import dp_split, global_batch, node_count
-from optlayout.emit.ranks import RankMap
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
+from optlayout.errors import UnsupportedError
+from optlayout.layout.ranks import grid
+from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Sharding
 
 if TYPE_CHECKING:
@@ -31,11 +31,10 @@ def mesh_dims(layout: Layout) -> dict[str, int]:
 def mesh_groups(layout: Layout) -> dict[str, list[list[int]]]:
     """Ranks of every 1-D slice of the mesh, per dim name, computed without torch (same order as the rank map)."""
     dims = mesh_dims(layout)
-    sizes = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp, "pp": layout.pp, "ep": 1}
-    rmap = RankMap(sizes=sizes, gpus_per_node=layout.gpus)
+    rmap = grid(layout)
     out = {}
     for name in dims:
-        out[name] = rmap.groups(name) if name in sizes else rmap.groups("dp")
+        out[name] = rmap.groups(name) if name in rmap.sizes else rmap.groups("dp")
     return out
 
 
@@ -66,7 +65,7 @@ def build_device_mesh(layout: Layout, device_type: str = "cuda") -> DeviceMesh:
     try:
         from torch.distributed.device_mesh import init_device_mesh
     except ImportError as exc:  # pragma: no cover - torch is an optional dependency
-        raise OptlayoutError("mesh: building a DeviceMesh needs torch (pip install optlayout[torch])") from exc
+        raise UnsupportedError("mesh: building a DeviceMesh needs torch (pip install optlayout[torch])") from exc
     dims = mesh_dims(layout)
     return init_device_mesh(device_type, tuple(dims.values()), mesh_dim_names=tuple(dims))
 

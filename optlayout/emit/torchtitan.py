@@ -1,10 +1,22 @@
-"""torchtitan v0.2.x job config: TOML sections and the equivalent `--section.key value` overrides.
+"""torchtitan job configs that run as emitted: v0.2.2 TOML (or `--section.key value` overrides) and a 0.3.0 recipe.
 
-Keys follow `torchtitan/config/job_config.py` at v0.2.2 (HEAD replaced TOML by Python recipes). Batch
-semantics: `global_batch_size = local_batch_size * dp * accumulation`; with PP the local batch is cut into
-`local_batch_size / pipeline_parallel_microbatch_size` pipeline micro-batches, so micro-batches come from the
-pipeline (local = mb * ga); without PP each forward takes the whole local batch, so local = mb and the
+torchtitan builds only the models it registers, so the plan's model must be one of its Llama 3.1 flavors
+(`8B`, `70B`, `405B`, matched by shape, RoPE base and Llama 3.1 RoPE scaling); the config names it and
+carries everything else a run needs: the training batch, the parallelism, activation checkpointing and
+float8. Keys follow `torchtitan/config/job_config.py` at v0.2.2 and, for 0.3.0 (the current release,
+whose configs are Python functions returning `Trainer.Config`, chosen with `--module/--config`),
+`torchtitan/config/configs.py` and `torchtitan/models/llama3/config_registry.py`.
+
+Batch semantics: `global_batch_size = local_batch_size * dp * accumulation`; with PP the local batch is cut
+into `local_batch_size / pipeline_parallel_microbatch_size` pipeline micro-batches, so micro-batches come from
+the pipeline (local = mb * ga); without PP each forward takes the whole local batch (local = mb) and the
 accumulation comes from the global batch.
+
+Sharding: FSDP2 shards over `data_parallel_shard_degree x context_parallel_degree`. zero1/zero2 become FSDP
+without resharding after forward (torchtitan has no ZeRO-1), which keeps no more state than the plan counted
+(`fsdp2_fits_plan`). sharding=none is plain replication: 0.3.0 runs it as HSDP with a shard group of one;
+v0.2.2 runs it with DDP, which torchtitan refuses beside TP or PP (`DDP has not supported > 1D parallelism`,
+`models/llama3/infra/parallelize.py`), so such a plan is refused for v0.2.2 rather than silently sharded.
 """
 
 from __future__ import annotations
@@ -13,25 +25,81 @@ import json
 import math
 from typing import Any
 
-from optlayout.cost.memory import chunk_layer_counts, vp_fits
-from optlayout.emit._checks import dp_split, global_batch, node_count, stage_layers
-from optlayout.errors import OptlayoutError
-from optlayout.layout_text import format_layout
-from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
+from optlayout.emit._checks import dp_split, fsdp2_fits_plan, global_batch, no_dropout, node_count, stage_layers
+from optlayout.errors import UnsupportedError
+from optlayout.layout.stages import chunk_layer_counts, vp_fits
+from optlayout.layout.text import format_layout
+from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, RopeScaling, Sharding
 
 Config = dict[str, dict[str, Any]]
+TORCHTITAN_VERSIONS = ("0.2.2", "0.3.0")
+CURRENT_TORCHTITAN = "0.3.0"
+_WHO = "torchtitan"
 _RESHARD = {Sharding.none: "default", Sharding.zero1: "never", Sharding.zero2: "never", Sharding.fsdp: "always"}
 _AC_MODE = {Recompute.none: "none", Recompute.selective: "selective", Recompute.full: "full"}
+_OUTPUT = {"0.2.2": "output", "0.3.0": "lm_head"}  # the output projection's module name
+# torchtitan's llama3 flavors (models/llama3/__init__.py at v0.2.2 and 0.3.0): Llama 3.1 shapes, vocabulary
+# 128256, RoPE base 500000 with Llama 3.1 scaling (factor 8, low 1, high 4, original 8192), no biases.
+LLAMA3_FLAVORS: dict[str, tuple[int, int, int, int, int]] = {  # layers, hidden, ffn, heads, kv_heads
+    "8B": (32, 4096, 14336, 32, 8),
+    "70B": (80, 8192, 28672, 64, 8),
+    "405B": (126, 16384, 53248, 128, 8),
+}
+_RECIPES = {"8B": "llama3_8b", "70B": "llama3_70b", "405B": "llama3_405b"}
 
 
-def torchtitan_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> Config:
-    """Section -> key -> value for the layout-dependent part of a torchtitan job config."""
-    who = "torchtitan"
-    global_batch(job, layout, who)
-    node_count(layout, gpus_per_node, who)
+def llama3_flavor(model: ModelSpec) -> str:
+    """The torchtitan llama3 flavor that is this model, or a one-line refusal naming what differs."""
+    shape = (model.layers, model.hidden, model.ffn, model.heads, model.kv_heads)
+    flavor = next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), None)
+    if flavor is None:
+        raise UnsupportedError(
+            f"{_WHO}: {model.name} is none of torchtitan's llama3 flavors (8B, 70B, 405B by layers, hidden, ffn, "
+            "heads, kv_heads); torchtitan builds only the models it registers"
+        )
+    problems = []
+    if model.vocab != 128256:
+        problems.append(f"vocab {model.vocab} (flavor 128256)")
+    if model.mlp != "swiglu" or model.bias or model.tied_embeddings or model.position_embeddings or model.alibi:
+        problems.append("not a SwiGLU, bias-free, untied, rotary model")
+    if model.rope_theta != 500000 or model.rope_scaling != RopeScaling():
+        problems.append("RoPE other than base 500000 with Llama 3.1 scaling (factor 8, low 1, high 4, original 8192)")
+    if model.norm_eps != 1e-5:
+        problems.append(f"norm epsilon {model.norm_eps:g} (flavor 1e-5)")
+    if model.head_dim not in (None, model.hidden // model.heads):
+        problems.append(f"head_dim {model.head_dim}")
+    if problems:
+        raise UnsupportedError(f"{_WHO}: {model.name} has the {flavor} flavor's shape but {'; '.join(problems)}")
+    return flavor
+
+
+def _check_version(version: str) -> str:
+    if version not in TORCHTITAN_VERSIONS:
+        raise UnsupportedError(f"{_WHO}: version must be one of {', '.join(TORCHTITAN_VERSIONS)} (got {version!r})")
+    return version
+
+
+def torchtitan_config(
+    model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8, version: str = CURRENT_TORCHTITAN
+) -> Config:
+    """Section -> key -> value of a complete torchtitan job config (v0.2.2 key names; `torchtitan_python`
+    writes the same values as 0.3.0 code)."""
+    version = _check_version(version)
+    global_batch(job, layout, _WHO)
+    node_count(layout, gpus_per_node, _WHO)
+    flavor = llama3_flavor(model)
     if job.precision == "fp16":
-        raise OptlayoutError(f"{who}: precision fp16 is not supported (training.mixed_precision_param is bfloat16)")
+        raise UnsupportedError(f"{_WHO}: precision fp16 is not supported (training.mixed_precision_param is bfloat16)")
+    no_dropout(job, _WHO, "torchtitan's llama3 has no dropout")
     replicate, shard = dp_split(layout)
+    ddp = version == "0.2.2" and layout.sharding is Sharding.none and replicate > 1 and layout.cp == 1
+    if ddp and (layout.tp > 1 or layout.pp > 1):
+        raise UnsupportedError(
+            f"{_WHO} v0.2.2 rule DDP with no other parallelism broken: sharding=none over dp={replicate} is DDP, "
+            f"which torchtitan refuses beside tp={layout.tp}, pp={layout.pp} ('DDP has not supported > 1D "
+            "parallelism'); plan sharding=zero1 or fsdp, or target torchtitan 0.3.0"
+        )
+    fsdp2_fits_plan(job, layout, shard * layout.cp, layout.sharding in (Sharding.zero1, Sharding.zero2), _WHO)
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,
@@ -40,35 +108,49 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
         "context_parallel_degree": layout.cp,
         "pipeline_parallel_degree": layout.pp,
     }
+    if version == "0.3.0":
+        parallelism["enable_sequence_parallel"] = layout.sequence_parallel or layout.tp == 1
     if layout.pp > 1:
-        parallelism |= _pipeline(model, layout)
-    training = {
+        parallelism |= _pipeline(model, layout, version)
+    training: dict[str, Any] = {
         "local_batch_size": layout.micro_batch * (layout.grad_accum if layout.pp > 1 else 1),
         "global_batch_size": layout.global_batch,
         "seq_len": job.seq_len,
         "mixed_precision_param": "bfloat16",
+        "enable_cpu_offload": False,
     }
+    if version == "0.3.0" and layout.pp > 1:
+        training["disable_cuda_graphs"] = True  # Trainer.Config: "CUDA graphs do not support pipeline parallelism"
     ac: dict[str, Any] = {"mode": _AC_MODE[layout.recompute]}
     if layout.recompute is Recompute.selective:
         ac["selective_ac_option"] = "op"
-    config: Config = {"parallelism": parallelism, "training": training, "activation_checkpoint": ac}
+    model_section: dict[str, Any] = {"name": "llama3", "flavor": flavor, "hf_assets_path": hf_assets(flavor)}
+    config: Config = {"model": model_section, "training": training, "parallelism": parallelism}
+    config["activation_checkpoint"] = ac
+    # float8 runs compiled, as torchtitan's own 405B preset; async TP stays off (the cost model hides no TP comm)
+    config["compile"] = {"enable": job.precision == "fp8"}
     if job.precision == "fp8":
-        config["model"] = {"converters": ["quantize.linear.float8"]}
-        config["quantize.linear.float8"] = {"filter_fqns": ["output"]}
+        model_section["converters"] = ["quantize.linear.float8"]
+        config["quantize.linear.float8"] = {"filter_fqns": [_OUTPUT[version]]}
     return config
 
 
-def _pipeline(model: ModelSpec, layout: Layout) -> dict[str, Any]:
-    pp, vp, who = layout.pp, layout.vp, "torchtitan"
-    counts = stage_layers(model, layout, who)
+def hf_assets(flavor: str) -> str:
+    """Where torchtitan's presets expect the tokenizer (`scripts/download_hf_assets.py --assets tokenizer`)."""
+    return f"./assets/hf/Llama-3.1-{flavor}"
+
+
+def _pipeline(model: ModelSpec, layout: Layout, version: str) -> dict[str, Any]:
+    pp, vp = layout.pp, layout.vp
+    counts = stage_layers(model, layout, _WHO)
     if not vp_fits(counts, vp):
-        raise OptlayoutError(f"{who}: the fullest pipeline rank of {counts} cannot form {vp} equal chunks")
+        raise UnsupportedError(f"{_WHO}: the fullest pipeline rank of {counts} cannot form {vp} equal chunks")
     n_micro = layout.grad_accum
     if vp > 1:
         rounds = max(1, n_micro // pp)
         if n_micro % rounds:
-            raise OptlayoutError(
-                f"{who} rule Interleaved1F1B n_microbatches % max(1, n_microbatches // pp) == 0 broken: "
+            raise UnsupportedError(
+                f"{_WHO} rule Interleaved1F1B n_microbatches % max(1, n_microbatches // pp) == 0 broken: "
                 f"{n_micro} micro-batches, pp={pp}"
             )
     out: dict[str, Any] = {
@@ -82,19 +164,20 @@ def _pipeline(model: ModelSpec, layout: Layout) -> dict[str, Any]:
             "pipeline_parallel_last_stage_less_layers": 0,
         }
     else:
-        parts = module_fqns(counts, vp)
+        parts = module_fqns(counts, vp, _OUTPUT[version])
         empty = [i for i, names in enumerate(parts) if not names]
         if empty:
-            raise OptlayoutError(
-                f"{who}: virtual stages {empty} would hold no module (pipeline ranks {counts} over vp={vp} "
+            raise UnsupportedError(
+                f"{_WHO}: virtual stages {empty} would hold no module (pipeline ranks {counts} over vp={vp} "
                 "chunks); choose a smaller vp"
             )
         out["module_fqns_per_model_part"] = parts
     return out
 
 
-def module_fqns(counts: list[int], vp: int = 1) -> list[list[str]]:
-    """Module names per pipeline stage (llama-style `tok_embeddings`, `layers.N`, `norm`, `output`).
+def module_fqns(counts: list[int], vp: int = 1, output: str = "output") -> list[list[str]]:
+    """Module names per pipeline stage (`tok_embeddings`, `layers.N`, `norm`, and the output projection,
+    `output` at v0.2.2 and `lm_head` at 0.3.0).
 
     Stage s runs on pp rank s % pp as its chunk s // pp, as torchtitan's looped schedules place them; each
     rank's layers spread over its vp chunks as `chunk_layer_counts` does.
@@ -107,26 +190,61 @@ def module_fqns(counts: list[int], vp: int = 1) -> list[list[str]]:
         if s == 0:
             names.insert(0, "tok_embeddings")
         if s == len(sizes) - 1:
-            names += ["norm", "output"]
+            names += ["norm", output]
         stages.append(names)
     return stages
 
 
-def torchtitan_toml(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> str:
-    """The config as TOML, to merge into the model's train config (e.g. `llama3_70b.toml`)."""
-    config = torchtitan_config(model, job, layout, gpus_per_node)
-    nodes, per_node = node_count(layout, gpus_per_node, "torchtitan")
-    lines = [
-        f"# optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.precision}",
-        f"# torchtitan v0.2.x; world {layout.gpus} = {nodes} node(s) x {per_node} GPUs",
-        f"# on each node: torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static "
-        "--node-rank $SLURM_NODEID --master-addr $MASTER_ADDR --master-port 29500 "
-        "-m torchtitan.train --job.config_file this.toml",
+def torchtitan_notes(
+    model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8, version: str = CURRENT_TORCHTITAN
+) -> list[str]:
+    """The plan, the launch command and what the config substitutes, as comment lines (without `# `)."""
+    config = torchtitan_config(model, job, layout, gpus_per_node, version)
+    nodes, per_node = node_count(layout, gpus_per_node, _WHO)
+    run = (
+        "--job.config_file job.toml"
+        if version == "0.2.2"
+        else "--module optlayout_job --config optlayout_job  (with this file as optlayout_job.py on PYTHONPATH)"
+    )
+    notes = [
+        f"optlayout: {model.name} (torchtitan llama3 {config['model']['flavor']}), {format_layout(layout)}, "
+        f"seq {job.seq_len}, {job.precision}; torchtitan {version}",
+        f"world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; on each node: torchrun --nnodes {nodes} "
+        f"--nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID --master-addr $MASTER_ADDR "
+        f"--master-port 29500 -m torchtitan.train {run}",
+        f"tokenizer from {hf_assets(config['model']['flavor'])} (python scripts/download_hf_assets.py --repo_id "
+        f"meta-llama/Llama-3.1-{config['model']['flavor']} --assets tokenizer); data: torchtitan's c4 loader",
+        "memory: FSDP2 keeps fp32 weights, gradients and Adam moments sharded over dp_shard x cp (16 B/param), no "
+        "dropout, no offloading",
     ]
-    if layout.sharding is Sharding.zero1:
-        lines.append("# torchtitan has no ZeRO-1: FSDP without resharding after forward (ZeRO-2-like) stands in")
-    if layout.tp > 1 and not layout.sequence_parallel:
-        lines.append("# note: torchtitan's TP always shards norms and dropout along the sequence (SP)")
+    if layout.sharding in (Sharding.zero1, Sharding.zero2):
+        notes.append("torchtitan has no ZeRO-1/2: FSDP without resharding after forward stands in (no more memory)")
+    if layout.sharding is Sharding.none and layout.dp > 1:
+        notes.append(
+            "sharding=none: replicated over dp_replicate"
+            + (" (HSDP with a shard group of one)" if version == "0.3.0" else " (DDP)")
+            + (f"; FSDP still shards over cp={layout.cp}" if layout.cp > 1 else "")
+        )
+    if layout.recompute is Recompute.selective:
+        notes.append(
+            "recompute=selective: torchtitan's op-level SAC saves matmul and attention outputs and recomputes the "
+            "rest, keeping no more than the plan's selective recompute"
+        )
+    if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
+        notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")
+    return notes
+
+
+def _header(lines: list[str]) -> list[str]:
+    return [f"# {line}" for line in lines]
+
+
+def torchtitan_toml(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> str:
+    """A complete torchtitan v0.2.2 job config (`--job.config_file`): model flavor, training batch, parallelism,
+    activation checkpointing and float8; torchtitan's defaults for the rest (optimizer, data, checkpoints)."""
+    config = torchtitan_config(model, job, layout, gpus_per_node, "0.2.2")
+    lines = _header(torchtitan_notes(model, job, layout, gpus_per_node, "0.2.2"))
+    lines += ["", "[job]", f"description = {toml_value(f'optlayout {format_layout(layout)}')}"]
     for section, values in config.items():
         lines += ["", f"[{section}]"]
         lines += [f"{key} = {toml_value(value)}" for key, value in values.items()]
@@ -134,11 +252,12 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_nod
 
 
 def torchtitan_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> list[str]:
-    """The same settings as `--section.key value` tokens for `torchtitan.train` (tyro)."""
-    config = torchtitan_config(model, job, layout, gpus_per_node)
+    """The v0.2.2 config as `--section.key value` tokens for `torchtitan.train` (tyro); an uneven stage split
+    needs a nested list only the TOML carries."""
+    config = torchtitan_config(model, job, layout, gpus_per_node, "0.2.2")
     if "module_fqns_per_model_part" in config["parallelism"]:
-        raise OptlayoutError(
-            "torchtitan: an uneven stage split needs parallelism.module_fqns_per_model_part, a nested list only "
+        raise UnsupportedError(
+            f"{_WHO}: an uneven stage split needs parallelism.module_fqns_per_model_part, a nested list only "
             "the TOML form carries; emit TOML instead of overrides"
         )
     tokens = []
@@ -151,6 +270,51 @@ def torchtitan_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_pe
     return tokens
 
 
+def torchtitan_python(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> str:
+    """A torchtitan 0.3.0 config module: `optlayout_job()` starts from torchtitan's own recipe for the flavor
+    (`llama3_70b()`: optimizer, data, checkpoints) and sets the model, batch, parallelism and recompute."""
+    config = torchtitan_config(model, job, layout, gpus_per_node, "0.3.0")
+    flavor = config["model"]["flavor"]
+    fp8 = job.precision == "fp8"
+    converters = (
+        f'[Float8LinearConverter.Config(filter_fqns=["{_OUTPUT["0.3.0"]}"], model_compile_enabled=True)]'
+        if fp8
+        else "None"
+    )
+    ac = {
+        "none": "None",
+        "selective": "SelectiveAC.Config()",
+        "full": "FullAC.Config()",
+    }[config["activation_checkpoint"]["mode"]]
+    notes = torchtitan_notes(model, job, layout, gpus_per_node, "0.3.0")
+    lines = ['"""' + notes[0], "", *notes[1:], '"""', ""]
+    if fp8:
+        lines.append("from torchtitan.components.quantization import Float8LinearConverter")
+    lines += [
+        "from torchtitan.config import CompileConfig, ParallelismConfig",
+        "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
+        "from torchtitan.models.llama3 import model_registry",
+        f"from torchtitan.models.llama3.config_registry import {_RECIPES[flavor]}",
+        "from torchtitan.trainer import Trainer",
+        "",
+        "",
+        "def optlayout_job() -> Trainer.Config:",
+        f"    config = {_RECIPES[flavor]}()",
+        f'    config.model_spec = model_registry("{flavor}", converters={converters})',
+        f'    config.hf_assets_path = "{config["model"]["hf_assets_path"]}"',
+    ]
+    lines += [f"    config.training.{k} = {v!r}" for k, v in config["training"].items()]
+    lines.append("    config.parallelism = ParallelismConfig(")
+    lines += [f"        {k}={v!r}," for k, v in config["parallelism"].items()]
+    lines += [
+        "    )",
+        f"    config.activation_checkpoint = {ac}",
+        f"    config.compile = CompileConfig(enable={config['compile']['enable']})",
+        "    return config",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def toml_value(value: Any) -> str:
     """A TOML literal for str, int, float, bool or (nested) lists of them."""
     if isinstance(value, bool):
@@ -159,10 +323,10 @@ def toml_value(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise OptlayoutError(f"torchtitan: cannot write {value} to TOML")
+            raise UnsupportedError(f"{_WHO}: cannot write {value} to TOML")
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise OptlayoutError(f"torchtitan: cannot write {type(value).__name__} to TOML")
+    raise UnsupportedError(f"{_WHO}: cannot write {type(value).__name__} to TOML")

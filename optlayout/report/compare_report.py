@@ -16,7 +16,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
+from optlayout.layout.model import AXES
 from optlayout.report.html import Cell, Raw, esc, fmt_num, fmt_pct, page, table
 from optlayout.report.svg import (
     PALETTE,
@@ -31,8 +32,6 @@ from optlayout.report.svg import (
 
 __all__ = ["compare_report_html", "competition_ranks"]
 
-_LAYOUT_ORDER = ("tp", "pp", "vp", "cp", "dp", "micro_batch", "grad_accum", "sharding", "recompute")
-_SHORT = {"micro_batch": "mb", "grad_accum": "ga"}
 MAX_ERROR_BARS = 40  # the error chart shows the largest errors; the runs table lists every run
 
 
@@ -52,17 +51,13 @@ def layout_text(layout: object, filled: object = None) -> str:
     if not isinstance(layout, Mapping):
         return "-" if layout is None else str(layout)
     filled_keys = set(filled) if isinstance(filled, Mapping | list | tuple | set) else set()
-    keys = [k for k in _LAYOUT_ORDER if k in layout] + sorted(k for k in layout if k not in _LAYOUT_ORDER)
     parts = []
-    for k in keys:
-        v = layout[k]
-        if k == "sequence_parallel":
-            if v:
-                parts.append("sp" + ("*" if k in filled_keys else ""))
+    for axis in AXES:
+        value = layout.get(axis.name)
+        if value is None or (axis.kind is bool and not value):
             continue
-        if v is None:
-            continue
-        parts.append(f"{_SHORT.get(k, k)}={v}" + ("*" if k in filled_keys else ""))
+        shown = axis.key if axis.kind is bool else f"{axis.key}={value}"
+        parts.append(shown + ("*" if axis.name in filled_keys else ""))
     return " ".join(parts) or "-"
 
 
@@ -74,10 +69,10 @@ def _filled_text(filled: object) -> str:
     return "-"
 
 
-def compare_report_html(result: dict) -> str:
+def compare_report_html(result: dict[str, Any]) -> str:
     """One self-contained HTML page for the `optlayout compare --json` dict."""
     if not isinstance(result, Mapping):
-        raise OptlayoutError("report: the compare result must be a JSON object with 'runs' and 'summary'")
+        raise InputError("report: the compare result must be a JSON object with 'runs' and 'summary'")
     runs = [r for r in result.get("runs") or [] if isinstance(r, Mapping)]
     summary = result.get("summary") or {}
     sources = sorted({str(r.get("source", "")) for r in runs})
@@ -289,7 +284,7 @@ def _orders(runs: Sequence[Mapping[str, Any]]) -> str:
                 total += 1
                 agree += (measured[i] > measured[j]) == (predicted[i] > predicted[j])
         order = sorted(range(len(rs)), key=lambda i: (mr[i], pr[i], str(rs[i].get("id"))))
-        rows = []
+        rows: list[list[object]] = []
         for i in order:
             r = rs[i]
             rows.append(
@@ -308,7 +303,8 @@ def _orders(runs: Sequence[Mapping[str, Any]]) -> str:
             "measured rank",
             "predicted rank",
         )
-        headers = [Cell("run", cls="l"), Cell("layout", cls="l"), "measured tok/s/GPU", "predicted tok/s/GPU"]
+        headers: list[str | Cell] = [Cell("run", cls="l"), Cell("layout", cls="l"), "measured tok/s/GPU",
+                                     "predicted tok/s/GPU"]  # fmt: skip
         tbl = table([*headers, "measured rank", "predicted rank"], rows, cls="order-table")
         out.append(
             f'<h3 class="group-name">{esc(name)}</h3>\n'

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optlayout.errors import OptlayoutError
+from typing_extensions import TypeIs
+
+from optlayout.errors import InputError
 
 __all__ = [
     "Cell",
@@ -51,7 +53,7 @@ class Cell:
     cls: str = ""
 
 
-def _finite(value: object) -> bool:
+def _finite(value: object) -> TypeIs[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -236,4 +238,4 @@ def write_report(html_text: str, path: str | Path) -> None:
     try:
         target.write_text(html_text, encoding="utf-8")
     except OSError as exc:
-        raise OptlayoutError(f"report: cannot write {str(target)!r} ({exc.strerror or exc})") from None
+        raise InputError(f"report: cannot write {str(target)!r} ({exc.strerror or exc})") from None

@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from math import isfinite
+from typing import Any
 
 from optlayout.cost import group_links
-from optlayout.emit.ranks import DEFAULT_ORDER, RankMap, rank_map
-from optlayout.errors import OptlayoutError
-from optlayout.plan import Plan, PlannedLayout
+from optlayout.errors import InputError, OptlayoutError
+from optlayout.layout.axes import Axis
+from optlayout.layout.model import SEARCHED_AXES
+from optlayout.layout.ranks import COSTED_ORDER, RankMap, grid, rank_map
+from optlayout.planning.plan import Plan, PlannedLayout
 from optlayout.report.html import (
     Cell,
     Raw,
@@ -25,6 +28,7 @@ from optlayout.report.html import (
 from optlayout.report.svg import PALETTE, Series, stacked_hbar
 from optlayout.solver.explain import why_it_lost
 from optlayout.specs import Layout
+from optlayout.timings import timings_line
 from optlayout.topology import Topology
 
 __all__ = ["DimPlacement", "placement", "plan_report_html"]
@@ -47,7 +51,6 @@ TIME_SERIES = (
     Series("optimizer_s", "optimizer step", "#8C564B"),
     Series("overhead_s", "step overhead", "#8C959F"),
 )
-DIMS = ("tp", "cp", "dp", "pp")  # Megatron rank order, TP fastest
 MAX_SAMPLED_GROUPS = 64
 _SCALE_UP_NAMES = {"nvswitch": "NVLink (NVSwitch)", "mesh": "NVLink (mesh)", "pcie": "PCIe", "none": "host"}
 
@@ -57,7 +60,7 @@ _SCALE_UP_NAMES = {"nvswitch": "NVLink (NVSwitch)", "mesh": "NVLink (mesh)", "pc
 
 @dataclass(frozen=True)
 class DimPlacement:
-    """Where one parallel dimension's groups land, in Megatron order tp-cp-dp-pp (first fastest)."""
+    """Where one parallel dimension's groups land, in the rank order the cost model prices (first fastest)."""
 
     dim: str
     size: int
@@ -87,9 +90,9 @@ def placement(layout: Layout, gpus_per_server: int, topology: Topology | None = 
         domain_of, levels, bandwidth = (lambda r: r // gpus_per_server), [], {}
     scale_up = next((lv for lv in levels if lv["level"] == "scale-up"), None)
     up_name = _SCALE_UP_NAMES.get(scale_up["kind"], scale_up["kind"]) if scale_up else "NVLink"
-    out, stride = [], 1
-    for dim in DIMS:
-        size = getattr(layout, dim)
+    out = []
+    for dim in ranks.grid_dims:
+        size, stride = ranks.sizes[dim], ranks.stride(dim)
         groups = ranks.groups(dim)
         sample = _sample(groups)
         servers = max(len({r // gpus_per_server for r in g}) for g in sample)
@@ -105,17 +108,16 @@ def placement(layout: Layout, gpus_per_server: int, topology: Topology | None = 
         link = bandwidth.get(dim)
         bw = link.bandwidth_Bps if link is not None and link.size > 1 and isfinite(link.bandwidth_Bps) else None
         out.append(DimPlacement(dim, size, stride, tuple(groups[0]), servers, domains, level, domains == 1, bw))
-        stride *= size
     return out
 
 
 def _rank_map(layout: Layout, gpus_per_server: int) -> RankMap:
-    """Megatron's rank map; a layout that leaves GPUs idle (not a whole number of servers) keeps its ranks."""
+    """The rank map the cost model priced; a layout that leaves GPUs idle (not a whole number of servers) keeps
+    its ranks."""
     try:
-        return rank_map(layout, gpus_per_node=gpus_per_server)
+        return rank_map(layout, gpus_per_node=gpus_per_server, order=COSTED_ORDER)
     except OptlayoutError:
-        sizes = {t: 1 if t == "ep" else getattr(layout, t) for t in DEFAULT_ORDER.split("-")}
-        return RankMap(sizes=sizes, order=DEFAULT_ORDER, gpus_per_node=gpus_per_server)
+        return grid(layout, COSTED_ORDER, gpus_per_server)
 
 
 def _sample(groups: list[list[int]]) -> list[list[int]]:
@@ -125,7 +127,7 @@ def _sample(groups: list[list[int]]) -> list[list[int]]:
     return [groups[round(i * last / (MAX_SAMPLED_GROUPS - 1))] for i in range(MAX_SAMPLED_GROUPS)]
 
 
-def _network_tier(groups: list[list[int]], levels: list[dict]) -> str:
+def _network_tier(groups: list[list[int]], levels: list[dict[str, Any]]) -> str:
     """The lowest network tier whose aligned block of GPUs holds every group (empty without a topology)."""
     for lv in levels:
         if lv["kind"] != "network":
@@ -139,12 +141,13 @@ def _network_tier(groups: list[list[int]], levels: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------- page
 
 
-def plan_report_html(plan: Plan, topology: Topology | None = None) -> str:
-    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths)."""
+def plan_report_html(plan: Plan, topology: Topology | None = None, timings: bool = False) -> str:
+    """One self-contained HTML page for a `Plan` (pass the Topology for link levels and bandwidths). The same
+    plan gives the same page; `timings` adds the wall-clock time of each phase, which differs run to run."""
     if topology is not None and topology.num_gpus != plan.gpus:
-        raise OptlayoutError(f"report: the topology has {topology.num_gpus} GPUs but the plan {plan.gpus}")
+        raise InputError(f"report: the topology has {topology.num_gpus} GPUs but the plan {plan.gpus}")
     gps = topology.gpus_per_server if topology is not None else plan.gpus_per_server
-    parts = [_header(plan, topology)]
+    parts = [_header(plan, topology, timings)]
     if not plan.layouts:
         parts.append(_diagnosis(plan))
     else:
@@ -178,23 +181,25 @@ def _label(planned: PlannedLayout) -> str:
     return f"#{planned.rank} " + " ".join(parts)
 
 
-def _header(plan: Plan, topology: Topology | None) -> str:
+def _header(plan: Plan, topology: Topology | None, timings: bool) -> str:
     job = plan.job
     sequences = job.sequences_per_step
     batch = f"{sequences} sequences = {fmt_num(sequences * job.seq_len)} tokens" if sequences else "solver's choice"
     gpu = f" ({topology.gpu.name})" if topology is not None else ""
+    m = plan.model
     facts = [
-        ("model", f"{plan.model.name}: {fmt_num(plan.model.params / 1e9, 2)} B parameters, {plan.model.layers} layers"),
+        ("model", f"{m.name}: {fmt_num(m.param_count / 1e9, 2)} B parameters, {m.layers} layers"),
         ("cluster", f"{plan.topology_name}{gpu}: {plan.gpus} GPUs, {plan.gpus_per_server} per server"),
         ("job", f"sequence {fmt_num(job.seq_len)} tokens, global batch {batch}, {job.precision}"),
         ("status", plan.status),
         (
             "search",
             f"{fmt_num(plan.legal_layouts)} legal layouts, {fmt_num(plan.evaluated_layouts)} evaluated, "
-            f"{fmt_num(plan.candidates)} in the CP-SAT model; tables {plan.table_time_s:.2f} s, "
-            f"solve {plan.solve_time_s:.2f} s",
+            f"{fmt_num(plan.candidates)} in the CP-SAT model",
         ),
     ]
+    if timings and plan.phases_s:
+        facts.append(("time", timings_line(plan.phases_s).removeprefix("time: ")))
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
     return (
         f'<h1>{esc(f"Plan: {plan.model.name} on {plan.gpus} GPUs")}</h1>\n<dl class="facts" id="plan-facts">{rows}</dl>'
@@ -210,9 +215,15 @@ def _diagnosis(plan: Plan) -> str:
     )
 
 
+def _axis_cell(axis: Axis, value: object) -> object:
+    if axis.kind is bool:
+        return "yes" if value else "no"
+    return value if axis.numeric else Cell(getattr(value, "value", value), cls="l")
+
+
 def _layouts_table(plan: Plan) -> str:
-    headers = ["rank", "tp", "pp", "vp", "cp", "dp", "micro-batch", "grad accum"]
-    headers += [Cell("sharding", cls="l"), Cell("recompute", cls="l"), "SP"]
+    headers: list[str | Cell] = ["rank"]
+    headers += [a.label if a.numeric or a.kind is bool else Cell(a.label, cls="l") for a in SEARCHED_AXES]
     headers += ["MFU", "tokens/s/GPU", "step time", "memory/GPU", "of capacity", "bubble"]
     rows = []
     for p in plan.layouts:
@@ -221,16 +232,7 @@ def _layouts_table(plan: Plan) -> str:
         rows.append(
             [
                 p.rank,
-                lay.tp,
-                lay.pp,
-                lay.vp,
-                lay.cp,
-                lay.dp,
-                lay.micro_batch,
-                lay.grad_accum,
-                Cell(lay.sharding.value, cls="l"),
-                Cell(lay.recompute.value, cls="l"),
-                "yes" if lay.sequence_parallel else "no",
+                *(_axis_cell(a, getattr(lay, a.name)) for a in SEARCHED_AXES),
                 Cell(fmt_pct(pred.mfu), pred.mfu),
                 Cell(fmt_num(pred.tokens_per_s_per_gpu), pred.tokens_per_s_per_gpu),
                 Cell(fmt_seconds(pred.step_time_s), pred.step_time_s),
@@ -289,7 +291,7 @@ def _time_chart(plan: Plan) -> str:
 
 def _placement_section(plan: Plan, gps: int, topology: Topology | None) -> str:
     placed = {p.rank: placement(p.layout, gps, topology) for p in plan.layouts}
-    headers = [Cell("layout", cls="l"), *(Cell(d.upper(), cls="l") for d in DIMS)]
+    headers = [Cell("layout", cls="l"), *(Cell(d.dim.upper(), cls="l") for d in placed[plan.layouts[0].rank])]
     rows = []
     for p in plan.layouts:
         cells: list[object] = [Cell(_label(p), cls="l")]
@@ -384,13 +386,14 @@ def _rank_grid(best: PlannedLayout, gps: int, placed: Sequence[DimPlacement]) ->
                 continue
             c = ranks.coords(rank)
             color = PALETTE[c["pp"] % len(PALETTE)]
-            tip = f"rank {rank}: tp {c['tp']}, cp {c['cp']}, dp {c['dp']}, pp {c['pp']}"
+            tip = f"rank {rank}: " + ", ".join(f"{d} {c[d]}" for d in ranks.grid_dims)
             out.append(
                 f'<rect class="gpu" x="{x}" y="{yy}" width="{cell_w}" height="{cell_h}" rx="4" fill="{color}" '
                 f'fill-opacity="0.28" stroke="{color}"><title>{esc(tip)}</title></rect>'
                 f'<text class="tick" x="{x + cell_w / 2}" y="{yy + 16}" text-anchor="middle">r{rank}</text>'
                 f'<text class="tick" x="{x + cell_w / 2}" y="{yy + 31}" text-anchor="middle">'
-                f"c{c['cp']} d{c['dp']} p{c['pp']}</text>"
+                + " ".join(f"{d[0]}{c[d]}" for d in ranks.grid_dims[1:])
+                + "</text>"
             )
         if lay.tp > 1:
             for start in range(0, gps, lay.tp):

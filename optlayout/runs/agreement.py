@@ -10,21 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optlayout.cost import CostParams, usable_memory_bytes
+from optlayout.cost import CostParams
+from optlayout.layout.model import Layout
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
-from optlayout.solver.space import SpaceOptions, enumerate_groups
-from optlayout.solver.tables import (
+from optlayout.solver.candidates import (
     THROUGHPUT_RESOLUTION,
     Candidate,
-    CostTable,
-    Limits,
     layout_identity,
     passes_limits,
     rank_key,
     throughput_scale,
 )
-from optlayout.specs import Layout
+from optlayout.solver.problem import Problem
+from optlayout.solver.space import SpaceOptions
 from optlayout.topology import Topology, topology_from_cluster
 
 
@@ -56,11 +55,9 @@ class RankSpace:
     and every candidate evaluated so far (runs of one group share it)."""
 
     def __init__(self, record: RunRecord, params: CostParams, topology: Topology, options: SpaceOptions) -> None:
-        job = run_job(record)
-        self.table = CostTable(record.model, job, topology.gpu, topology, params)
-        self.capacity = usable_memory_bytes(topology.gpu.memory_bytes, job)
-        self.limits = Limits(self.capacity, job.min_global_batch, job.max_global_batch)
-        groups = list(enumerate_groups(record.model, job, topology.num_gpus, topology.domain_size, options))
+        problem = Problem(record.model, run_job(record), topology, params, options)
+        self.table, self.capacity, self.limits = problem.table, problem.capacity_bytes, problem.limits
+        groups = list(problem.groups())
         self.legal_layouts = sum(map(len, groups))
         self.ordered = sorted(((self.table.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
         self._feasible: dict[Layout, Candidate | None] = {}
@@ -99,7 +96,7 @@ def recipe_agreement(
     mine = layout_identity(published.layout)
     best_tps = 0.0
     feasible: list[Candidate] = []
-    ahead: set[tuple] = set()  # distinct layouts surely ranked before the published one
+    ahead: set[tuple[object, ...]] = set()  # distinct layouts surely ranked before the published one
     for bound, group in space.ordered:
         enough = max_rank is not None and len(ahead) >= max_rank
         if (bound < floor or enough) and bound <= best_tps:
@@ -115,7 +112,7 @@ def recipe_agreement(
     if not feasible:
         return Agreement(published, 1, space.legal_layouts, None, max_rank)
     scale = throughput_scale(feasible)
-    ranking: dict[tuple, Candidate] = {}
+    ranking: dict[tuple[object, ...], Candidate] = {}
     for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
         ranking.setdefault(layout_identity(cand.layout), cand)
     identities = list(ranking)

@@ -13,20 +13,21 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pydantic
 import yaml
-from scipy.optimize import least_squares
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
-from optlayout.errors import OptlayoutError, describe_validation_error
-from optlayout.runs.predict import RunPrediction, predict_run, run_job
-from optlayout.runs.records import RunRecord
-from optlayout.topology import Topology, topology_from_cluster
+from optlayout.errors import InputError, describe_validation_error
 
-PROFILE_SCHEMA_VERSION = 1
+if TYPE_CHECKING:  # fitting needs them; reading a calibration file does not (a solve loads only that)
+    from optlayout.runs.predict import RunPrediction
+    from optlayout.runs.records import RunRecord
+    from optlayout.topology import Topology
+
+CALIBRATION_SCHEMA_VERSION = 1
 # The constants fitted, with physical bounds: efficiencies are fractions of a datasheet figure.
 FITTED: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.3, 0.95),
@@ -38,14 +39,14 @@ FITTED: dict[str, tuple[float, float]] = {
 MIN_RUNS_PER_KEY = 8  # fewer runs than this for a GPU/precision: use the global fit
 
 
-def profile_key(gpu: str, precision: str) -> str:
+def calibration_key(gpu: str, precision: str) -> str:
     return f"{gpu}/{precision}"
 
 
-class CalibrationProfile(pydantic.BaseModel):
+class Calibration(pydantic.BaseModel):
     """Fitted constants: a global set and per GPU/precision sets, with how they were obtained."""
 
-    schema_version: int = PROFILE_SCHEMA_VERSION
+    schema_version: int = CALIBRATION_SCHEMA_VERSION
     fitted_on: str
     fitted: list[str]
     default: dict[str, float]
@@ -53,48 +54,50 @@ class CalibrationProfile(pydantic.BaseModel):
     report: dict[str, Any] = pydantic.Field(default_factory=dict)
 
     def params_for(self, gpu: str, precision: str) -> CostParams:
-        values = self.entries.get(profile_key(gpu, precision), self.default)
+        values = self.entries.get(calibration_key(gpu, precision), self.default)
         return DEFAULT_PARAMS.model_copy(update=values)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.model_dump(), sort_keys=False, width=110))
 
 
-def load_profile(path: str | Path) -> CalibrationProfile:
-    """Read a calibration profile YAML; errors name the field."""
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration YAML file; errors name the field."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise OptlayoutError(f"calibration: no such file {str(path)!r}") from None
+        raise InputError(f"calibration: no such file {str(path)!r}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise OptlayoutError(f"calibration: {path} is not valid YAML{where}") from None
-    if not isinstance(raw, dict) or raw.get("schema_version") != PROFILE_SCHEMA_VERSION:
-        raise OptlayoutError(f"calibration: {path} is not a version-{PROFILE_SCHEMA_VERSION} calibration profile")
+        raise InputError(f"calibration: {path} is not valid YAML{where}") from None
+    if not isinstance(raw, dict) or raw.get("schema_version") != CALIBRATION_SCHEMA_VERSION:
+        raise InputError(f"calibration: {path} is not a version-{CALIBRATION_SCHEMA_VERSION} calibration file")
     try:
-        profile = CalibrationProfile.model_validate(raw)
+        calibration = Calibration.model_validate(raw)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "calibration")) from None
-    for key, values in {"default": profile.default, **profile.entries}.items():
+        raise InputError(describe_validation_error(exc, "calibration")) from None
+    for key, values in {"default": calibration.default, **calibration.entries}.items():
         try:
             CostParams(**(DEFAULT_PARAMS.model_dump() | values))
         except pydantic.ValidationError as exc:
-            raise OptlayoutError(describe_validation_error(exc, f"calibration {key}")) from None
-    return profile
+            raise InputError(describe_validation_error(exc, f"calibration {key}")) from None
+    return calibration
 
 
-def shipped_profile_path() -> Path:
-    return Path(__file__).resolve().parents[1] / "data" / "default_profile.yaml"
+def shipped_calibration_path() -> Path:
+    return Path(__file__).resolve().parents[1] / "data" / "default_calibration.yaml"
 
 
-def calibrated_params(gpu: str, precision: str = "bf16", profile: str | Path | None = None) -> CostParams:
-    """The cost constants the CLI uses by default: the shipped profile's (or `profile`'s) for a GPU and precision.
+def calibrated_params(gpu: str, precision: str = "bf16", calibration: str | Path | None = None) -> CostParams:
+    """The cost constants the CLI uses by default: the shipped calibration's (or the file `calibration`'s) for a
+    GPU and precision.
 
     The library's `solve()`/`estimate_layout()` take the raw `DEFAULT_PARAMS` unless given `params=`; pass
     `params=calibrated_params(...)` for the CLI's figures."""
-    return load_profile(profile if profile is not None else shipped_profile_path()).params_for(gpu, precision)
+    path = calibration if calibration is not None else shipped_calibration_path()
+    return load_calibration(path).params_for(gpu, precision)
 
 
 @dataclass
@@ -105,6 +108,8 @@ class _Case:
     topology: Topology
 
     def predicted_tps(self, params: CostParams) -> float:
+        from optlayout.runs.predict import run_job
+
         rec, lay = self.prediction.record, self.prediction.layout
         job = run_job(rec)
         links = group_links(self.topology, lay)
@@ -114,6 +119,9 @@ class _Case:
 
 def prepare(records: Sequence[RunRecord], params_for: Callable[[str, str], CostParams]) -> list[_Case]:
     """Fill each run's layout once (solver, known fields pinned) and keep its topology."""
+    from optlayout.runs.predict import predict_run
+    from optlayout.topology import topology_from_cluster
+
     topologies: dict[str, Topology] = {}
     cases = []
     for rec in records:
@@ -142,7 +150,10 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
     def residuals(x: np.ndarray) -> np.ndarray:
         params = _with(base, names, x)
         predicted = np.array([c.predicted_tps(params) for c in cases])
-        return np.log(predicted / measured)
+        errors: np.ndarray = np.log(predicted / measured)
+        return errors
+
+    from scipy.optimize import least_squares  # scipy loads only to fit
 
     result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return _with(base, names, result.x)
@@ -168,20 +179,20 @@ def _ape(case: _Case, params: CostParams) -> float:
     return abs(case.predicted_tps(params) - measured) / measured
 
 
-def _fit_profile(cases: Sequence[_Case]) -> tuple[CostParams, dict[str, CostParams]]:
+def _fit_calibration(cases: Sequence[_Case]) -> tuple[CostParams, dict[str, CostParams]]:
     """A global fit and, for each GPU/precision with enough runs, its own fit started from the global."""
     global_params = fit(cases)
     by_key: dict[str, list[_Case]] = defaultdict(list)
     for c in cases:
         rec = c.prediction.record
-        by_key[profile_key(rec.cluster.gpu, rec.job.precision)].append(c)
+        by_key[calibration_key(rec.cluster.gpu, rec.job.precision)].append(c)
     per_key = {k: fit(v, global_params) for k, v in sorted(by_key.items()) if len(v) >= MIN_RUNS_PER_KEY}
     return global_params, per_key
 
 
 def _params(global_params: CostParams, per_key: dict[str, CostParams], case: _Case) -> CostParams:
     rec = case.prediction.record
-    return per_key.get(profile_key(rec.cluster.gpu, rec.job.precision), global_params)
+    return per_key.get(calibration_key(rec.cluster.gpu, rec.job.precision), global_params)
 
 
 def _cross_validate(
@@ -191,7 +202,7 @@ def _cross_validate(
     out: dict[int, float] = {}
     for fold in sorted({fold_of(c) for c in cases}):
         say(f"cross-validation: holding out {what} {fold[:60]}")
-        g, per_key = _fit_profile([c for c in cases if fold_of(c) != fold])
+        g, per_key = _fit_calibration([c for c in cases if fold_of(c) != fold])
         for c in cases:
             if fold_of(c) == fold:
                 out[id(c)] = _ape(c, _params(g, per_key, c))
@@ -200,9 +211,9 @@ def _cross_validate(
 
 def calibrate(
     records: Sequence[RunRecord], fitted_on: str, progress: Callable[[str], None] | None = None
-) -> CalibrationProfile:
-    """Fit a profile on all runs and report its cross-validated error: leaving one source out, and leaving one
-    GPU out (a held-out GPU gets the constants fitted on the other GPUs, as a GPU the profile never saw)."""
+) -> Calibration:
+    """Fit a calibration on all runs and report its cross-validated error: leaving one source out, and leaving one
+    GPU out (a held-out GPU gets the constants fitted on the other GPUs, as a GPU the calibration never saw)."""
     say = progress or (lambda _msg: None)
     say(f"filling layouts of {len(records)} runs")
     cases = prepare(records, lambda _g, _p: DEFAULT_PARAMS)
@@ -211,7 +222,7 @@ def calibrate(
     cv = _cross_validate(cases, lambda c: c.prediction.record.source, say, "source")
     cv_gpu = _cross_validate(cases, lambda c: c.prediction.record.cluster.gpu, say, "GPU")
     say("fitting on all runs")
-    g, per_key = _fit_profile(cases)
+    g, per_key = _fit_calibration(cases)
     insample = {id(c): _ape(c, _params(g, per_key, c)) for c in cases}
 
     def table(apes: dict[int, float]) -> dict[str, Any]:
@@ -220,7 +231,7 @@ def calibrate(
         for c in cases:
             rec = c.prediction.record
             by_source[rec.source].append(apes[id(c)])
-            by_key[profile_key(rec.cluster.gpu, rec.job.precision)].append(apes[id(c)])
+            by_key[calibration_key(rec.cluster.gpu, rec.job.precision)].append(apes[id(c)])
         vals = list(apes.values())
         return {
             "mape": statistics.mean(vals),
@@ -230,7 +241,7 @@ def calibrate(
         }
 
     names = list(FITTED)
-    return CalibrationProfile(
+    return Calibration(
         fitted_on=fitted_on,
         fitted=names,
         default={n: round(getattr(g, n), 6) for n in names},

@@ -7,17 +7,19 @@ tokens/s/GPU, so sources that count FLOPs differently are compared on throughput
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from optlayout.cost import CostParams
+from optlayout.errors import OptlayoutError
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
+from optlayout.solver.candidates import Candidate, layout_identity
 from optlayout.solver.oracle import rank_every_layout
-from optlayout.solver.tables import Candidate, layout_identity
 from optlayout.specs import Layout
 from optlayout.topology import topology_from_cluster
 
@@ -39,13 +41,13 @@ class GroupRanking:
     """What compare keeps of one group's full ranking: positions, the best layout and the throughputs."""
 
     count: int
-    position: dict[tuple, int]
+    position: dict[tuple[object, ...], int]
     best: tuple[Layout, float] | None
     descending_tps: list[float]
 
     @classmethod
     def of(cls, ranking: list[Candidate]) -> GroupRanking:
-        position: dict[tuple, int] = {}
+        position: dict[tuple[object, ...], int] = {}
         for k, c in enumerate(ranking):
             position.setdefault(layout_identity(c.layout), k + 1)
         best = (ranking[0].layout, ranking[0].evaluation.tokens_per_s_per_gpu) if ranking else None
@@ -64,57 +66,144 @@ def compare_runs(
     params_for: ParamsFor,
     rank_layouts: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """The `optlayout compare --json` result: per-run rows and a summary."""
-    rows: list[dict[str, Any]] = []
-    preds: list[RunPrediction] = []
-    rankings: dict[tuple, GroupRanking] = {}
+    """The `optlayout compare --json` result: per-run rows and a summary.
+
+    Runs sharing a model, cluster, job and constants are one unit of work (their ranking is computed once);
+    with `workers` > 1 (default: the CPUs this process may use) the units run in that many processes. The
+    rows keep the records' order, every figure is the same whatever the number of workers, and a run that
+    cannot be predicted raises the error of the first such run in the file."""
+    params = [params_for(rec.cluster.gpu, rec.job.precision) for rec in records]
+    members: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for i, rec in enumerate(records):
-        params = params_for(rec.cluster.gpu, rec.job.precision)
-        pred = predict_run(rec, params)
-        preds.append(pred)
-        mfu_per_token_s = pred.prediction.mfu / pred.prediction.tokens_per_s_per_gpu  # same FLOPs, same peak
-        measured = rec.measured.tokens_per_s_per_gpu
-        row: dict[str, Any] = {
-            "id": rec.id,
-            "source": rec.source,
-            "group": group_label(rec),
-            "measured_tokens_per_s_per_gpu": measured,
-            "predicted_tokens_per_s_per_gpu": pred.prediction.tokens_per_s_per_gpu,
-            "ape": pred.ape,
-            "measured_mfu": measured * mfu_per_token_s,
-            "predicted_mfu": pred.prediction.mfu,
-            "filled_fields": pred.filled_fields,
-            "assumed": pred.assumed,
-            "layout": pred.layout.model_dump(mode="json"),
-            "predicted_fits_memory": pred.prediction.fits,
-            "memory_model_miss": pred.memory_model_miss,
-            "measured_layout_rank": None,
-            "legal_layouts": None,
-            "solver_pick": None,
-            "solver_predicted_gain": None,
-        }
-        if rank_layouts:
-            key = (rec.group_key, params)
-            if key not in rankings:
-                rankings[key] = GroupRanking.of(_ranking(rec, params))
-            ranking = rankings[key]
-            row["legal_layouts"] = ranking.count
-            row["measured_layout_rank"] = ranking.rank_of(pred.layout, pred.prediction.tokens_per_s_per_gpu)
-            if ranking.best is not None:
-                best_layout, best_tps = ranking.best
-                row["solver_pick"] = best_layout.model_dump(mode="json")
-                row["solver_predicted_gain"] = best_tps / pred.prediction.tokens_per_s_per_gpu - 1
-        rows.append(row)
+        members[(rec.group_key, params[i]) if rank_layouts else (i,)].append(i)
+    units = [Unit(tuple(idx), [records[i] for i in idx], params[idx[0]], rank_layouts) for idx in members.values()]
+    by_record: dict[int, tuple[dict[str, Any], RunPrediction]] = {}
+    first_error: tuple[int, OptlayoutError] | None = None
+    for result in _run_units(units, workers if workers is not None else available_cpus()):
+        by_record.update(zip(result.indices, result.rows, strict=False))
+        if result.error is not None and (first_error is None or result.error[0] < first_error[0]):
+            first_error = result.error
         if progress:
-            progress(i + 1, len(records))
+            progress(len(by_record), len(records))
+    if first_error is not None:
+        raise first_error[1]
+    rows = [by_record[i][0] for i in range(len(records))]
+    preds = [by_record[i][1] for i in range(len(records))]
     return {"runs": rows, "summary": summarize(preds, rows)}
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Runs (by index in the file) sharing a model, cluster, job and constants: one ranking for them all."""
+
+    indices: tuple[int, ...]
+    records: list[RunRecord]
+    params: CostParams
+    rank_layouts: bool
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """The rows of a unit's runs, up to its first run that cannot be predicted (its index and error)."""
+
+    indices: tuple[int, ...]
+    rows: list[tuple[dict[str, Any], RunPrediction]]
+    error: tuple[int, OptlayoutError] | None = None
+
+
+def compare_unit(unit: Unit) -> UnitResult:
+    rows: list[tuple[dict[str, Any], RunPrediction]] = []
+    try:
+        ranking = GroupRanking.of(_ranking(unit.records[0], unit.params)) if unit.rank_layouts else None
+        for rec in unit.records:
+            rows.append(_row(rec, predict_run(rec, unit.params), ranking))
+    except OptlayoutError as exc:
+        return UnitResult(unit.indices, rows, (unit.indices[len(rows)], exc))
+    return UnitResult(unit.indices, rows)
+
+
+def _run_units(units: list[Unit], workers: int) -> Iterator[UnitResult]:
+    """Each unit's result as it finishes: in this process, or in `workers` processes. After an error, units
+    whose runs all come later in the file are not started (they cannot hold an earlier error)."""
+    workers = min(workers, len(units))
+    if workers <= 1:
+        first_error: int | None = None
+        for unit in units:  # in order of their first run
+            if first_error is not None and unit.indices[0] > first_error:
+                break
+            result = compare_unit(unit)
+            if result.error is not None:
+                first_error = result.error[0] if first_error is None else min(first_error, result.error[0])
+            yield result
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from optlayout.solver import cpsat  # noqa: F401  (loaded once, before the workers fork)
+
+    # fork (where there is one) hands the workers the modules already loaded; the workers start at the first
+    # submit, before the caller's progress bar starts a thread
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        futures = {pool.submit(compare_unit, unit): unit for unit in units}
+        for future in as_completed(futures):
+            if future.cancelled():
+                continue
+            result = future.result()
+            if result.error is not None:
+                for other, unit in futures.items():
+                    if unit.indices[0] > result.error[0]:
+                        other.cancel()
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> tuple[dict[str, Any], RunPrediction]:
+    mfu_per_token_s = pred.prediction.mfu / pred.prediction.tokens_per_s_per_gpu  # same FLOPs, same peak
+    measured = rec.measured.tokens_per_s_per_gpu
+    row: dict[str, Any] = {
+        "id": rec.id,
+        "source": rec.source,
+        "group": group_label(rec),
+        "measured_tokens_per_s_per_gpu": measured,
+        "predicted_tokens_per_s_per_gpu": pred.prediction.tokens_per_s_per_gpu,
+        "ape": pred.ape,
+        "measured_mfu": measured * mfu_per_token_s,
+        "predicted_mfu": pred.prediction.mfu,
+        "filled_fields": pred.filled_fields,
+        "assumed": pred.assumed,
+        "layout": pred.layout.model_dump(mode="json"),
+        "predicted_fits_memory": pred.prediction.fits,
+        "memory_model_miss": pred.memory_model_miss,
+        "measured_layout_rank": None,
+        "legal_layouts": None,
+        "solver_pick": None,
+        "solver_predicted_gain": None,
+    }
+    if ranking is not None:
+        row["legal_layouts"] = ranking.count
+        row["measured_layout_rank"] = ranking.rank_of(pred.layout, pred.prediction.tokens_per_s_per_gpu)
+        if ranking.best is not None:
+            best_layout, best_tps = ranking.best
+            row["solver_pick"] = best_layout.model_dump(mode="json")
+            row["solver_predicted_gain"] = best_tps / pred.prediction.tokens_per_s_per_gpu - 1
+    return row, pred
 
 
 def pairwise_order(preds: list[RunPrediction]) -> tuple[float | None, int]:
     """Fraction of run pairs within a group (same model, cluster, job; different layout) whose measured
     order the prediction reproduces; pairs with equal measured throughput are skipped."""
-    groups: dict[tuple, list[RunPrediction]] = defaultdict(list)
+    groups: dict[tuple[object, ...], list[RunPrediction]] = defaultdict(list)
     for p in preds:
         groups[p.record.group_key].append(p)
     agree = total = 0

@@ -31,15 +31,14 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.runs.records import LAYOUT_FIELDS, Measured, RunJob, RunLayout, RunRecord
 from optlayout.specs import ClusterSpec, Layout, ModelSpec
 
-LogFormat = Literal["megatron", "torchtitan"]
 LOG_FORMATS: tuple[str, ...] = ("megatron", "torchtitan")
 DEFAULT_WARMUP = 2
 
@@ -148,9 +147,9 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
         elapsed_ms = _field(fields, "elapsed time per iteration (ms)", where)
         batch = _field(fields, "global batch size", where)
         if elapsed_ms is None or elapsed_ms <= 0:
-            raise OptlayoutError(f"log: {where} has no 'elapsed time per iteration (ms)'")
+            raise InputError(f"log: {where} has no 'elapsed time per iteration (ms)'")
         if batch is None or batch <= 0:
-            raise OptlayoutError(f"log: {where} has no 'global batch size'")
+            raise InputError(f"log: {where} has no 'global batch size'")
         elapsed_s = elapsed_ms / 1000.0
         out.append(
             LogLine(
@@ -173,7 +172,7 @@ def _field(fields: dict[str, str], key: str, where: str) -> float | None:
     try:
         return _number(fields[key])
     except ValueError:
-        raise OptlayoutError(f"log: {where}: {key!r} is not a number ({fields[key]!r})") from None
+        raise InputError(f"log: {where}: {key!r} is not a number ({fields[key]!r})") from None
 
 
 def _megatron_header(line: str, stated: dict[str, int]) -> None:
@@ -220,7 +219,7 @@ def parse_torchtitan_lines(text: str, name: str) -> tuple[list[LogLine], dict[st
             tflops = _number(fields["tflops"]) if "tflops" in fields else None
             mfu = _number(fields["mfu"]) / 100 if "mfu" in fields else None
         except ValueError as exc:
-            raise OptlayoutError(f"log: {where}: a metric is not a number ({exc})") from None
+            raise InputError(f"log: {where}: a metric is not a number ({exc})") from None
         out.append(
             LogLine(
                 line_number=number,
@@ -241,7 +240,7 @@ def _check_stated(stated: dict[str, int], given: dict[str, int | None], name: st
         expected = given.get(key)
         if expected is not None and value != expected:
             what = words.get(key, f"the layout's {key}")
-            raise OptlayoutError(f"log: {name} states {key} = {value}, but {what} is {expected}")
+            raise InputError(f"log: {name} states {key} = {value}, but {what} is {expected}")
 
 
 def _span(lines: list[LogLine]) -> str:
@@ -265,13 +264,13 @@ def _measure(
     value: Callable[[list[LogLine]], float],
 ) -> LogMeasurement:
     if not lines:
-        raise OptlayoutError(f"log: {name} has no {fmt} {unit} lines (is --format {fmt} right?)")
+        raise InputError(f"log: {name} has no {fmt} {unit} lines (is --format {fmt} right?)")
     if warmup < 0:
-        raise OptlayoutError(f"log: warmup must be >= 0 (got {warmup})")
+        raise InputError(f"log: warmup must be >= 0 (got {warmup})")
     steady = lines[warmup:]
     used = [ln for ln in steady if ln.usable]
     if not used:
-        raise OptlayoutError(
+        raise InputError(
             f"log: {name} has {len(lines)} {unit} lines but none after the {warmup} warm-up lines "
             "with no skipped or NaN iterations"
         )
@@ -305,7 +304,7 @@ def measure_megatron(
     lines, stated = parse_megatron_lines(text, name, seq_len, gpus)
     for ln in lines:
         if ln.global_batch != global_batch:
-            raise OptlayoutError(
+            raise InputError(
                 f"log: {name} line {ln.line_number} (iteration {ln.iteration}) has global batch size "
                 f"{ln.global_batch}, but the job's global_batch is {global_batch}"
             )
@@ -345,13 +344,13 @@ def measure_log(
     """Read a training log file and measure it."""
     path = Path(path)
     if fmt not in LOG_FORMATS:
-        raise OptlayoutError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
+        raise InputError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
-        raise OptlayoutError(f"log: no such file {str(path)!r}") from None
+        raise InputError(f"log: no such file {str(path)!r}") from None
     except IsADirectoryError:
-        raise OptlayoutError(f"log: {str(path)!r} is a directory") from None
+        raise InputError(f"log: {str(path)!r} is a directory") from None
     if fmt == "megatron":
         return measure_megatron(text, job.seq_len, job.global_batch, cluster.gpus, warmup, path.name, layout)
     return measure_torchtitan(text, job.seq_len, job.global_batch, warmup, path.name)
@@ -363,22 +362,21 @@ def run_layout(text: str) -> RunLayout:
     The text is checked with `parse_layout`; `ga=` is accepted and checked against the batch later, but
     uneven stage splits (`first=`/`last=`) are not part of the run-record format.
     """
-    from optlayout.layout_text import parse_layout
+    from optlayout.layout import parse_layout
 
     layout = parse_layout(text)
     given = {_layout_key(part) for part in text.split(",") if part.strip()}
     unknown = given - set(LAYOUT_FIELDS) - {"grad_accum"}
     if unknown:
-        raise OptlayoutError(f"layout: {', '.join(sorted(unknown))} cannot be stated in a run record")
+        raise InputError(f"layout: {', '.join(sorted(unknown))} cannot be stated in a run record")
     values = {k: _plain(getattr(layout, k)) for k in LAYOUT_FIELDS if k in given}
     return RunLayout(**values)
 
 
 def _layout_key(part: str) -> str:
-    from optlayout.layout_text import _KEYS  # the accepted spellings of parse_layout
+    from optlayout.layout.text import axis_key
 
-    key = part.partition("=")[0].strip().lower()
-    return _KEYS.get(key, key)
+    return axis_key(part)
 
 
 def _plain(value: object) -> object:
@@ -390,14 +388,14 @@ def _check_layout(layout_text: str | None, layout: RunLayout, job: RunJob, clust
     known = layout.known()
     degrees = [int(known[k]) for k in ("tp", "pp", "cp", "dp") if k in known]
     if len(degrees) == 4 and math.prod(degrees) != cluster.gpus:
-        raise OptlayoutError(f"layout: tp*pp*cp*dp = {math.prod(degrees)} but the cluster has {cluster.gpus} GPUs")
+        raise InputError(f"layout: tp*pp*cp*dp = {math.prod(degrees)} but the cluster has {cluster.gpus} GPUs")
     if layout_text is None or "grad_accum" not in {_layout_key(p) for p in layout_text.split(",") if p.strip()}:
         return
-    from optlayout.layout_text import parse_layout
+    from optlayout.layout import parse_layout
 
     full: Layout = parse_layout(layout_text)
     if "dp" in known and "micro_batch" in known and full.global_batch != job.global_batch:
-        raise OptlayoutError(f"layout: mb*ga*dp = {full.global_batch} but the job's global_batch is {job.global_batch}")
+        raise InputError(f"layout: mb*ga*dp = {full.global_batch} but the job's global_batch is {job.global_batch}")
 
 
 def run_from_log(
@@ -428,7 +426,7 @@ def run_from_log(
             measured=measurement.measured(path.name),
         )
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "run")) from None
+        raise InputError(describe_validation_error(exc, "run")) from None
 
 
 def record_line(record: RunRecord) -> str:
@@ -448,9 +446,335 @@ def append_run(record: RunRecord, path: str | Path) -> None:
         try:
             raw = json.loads(line) if line.strip() else None
         except json.JSONDecodeError:
-            raise OptlayoutError(f"runs: {path.name} line {number} is not valid JSON; not appending to it") from None
+            raise InputError(f"runs: {path.name} line {number} is not valid JSON; not appending to it") from None
         if isinstance(raw, dict) and raw.get("id") == record.id:
-            raise OptlayoutError(f"runs: {path.name} already holds a run with id {record.id!r} (give another --id)")
+            raise InputError(f"runs: {path.name} already holds a run with id {record.id!r} (give another --id)")
     separator = "" if not existing or existing.endswith("\n") else "\n"
     with path.open("a") as handle:
         handle.write(separator + record_line(record) + "\n")
+
+
+# ---------------------------------------------------------------- what a log states about its run
+
+_MEGATRON_DUMP = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([a-z][a-z0-9_]*) \.{2,} (.*?)\s*$")
+_MEGATRON_VOCAB = re.compile(r"padded vocab \(size: (\d+)\) with \d+ dummy tokens")
+_TITAN_INIT = re.compile(
+    r"local batch size (\d+), global batch size (\d+), gradient accumulation steps (\d+), sequence length (\d+)"
+)
+_TITAN_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
+_TITAN_ARGS = re.compile(r"TransformerModelArgs\((.*)\)")
+_TITAN_AC = re.compile(r"Applied (selective|full|SelectiveAC|FullAC) activation checkpointing")
+_TITAN_ECHO = re.compile(r"Running with (?:configs|args): (\{.*)$")
+
+
+@dataclass
+class LogFacts:
+    """What a training log states about its run (None = not stated), and which lines said so."""
+
+    format: str
+    seq_len: int | None = None
+    global_batch: int | None = None
+    gpus: int | None = None
+    layout: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None
+    precision: str | None = None
+    read: list[str] | None = None
+
+    def said(self, what: str) -> None:
+        self.read = [*(self.read or []), what]
+
+
+def _dump(text: str) -> tuple[dict[str, str], int | None]:
+    """Megatron-LM's argument dump (`name ..... value` between the `arguments` rulers) and the vocabulary size
+    its tokenizer reports (`> padded vocab (size: N) with K dummy tokens`)."""
+    args: dict[str, str] = {}
+    vocab = None
+    inside = False
+    for line in _clean(text.splitlines()):
+        if "----- arguments -----" in line:
+            inside = True
+            continue
+        if "end of arguments" in line:
+            inside = False
+            continue
+        if inside:
+            match = _MEGATRON_DUMP.match(line)
+            if match:
+                args.setdefault(match.group(1), match.group(2))
+        found = _MEGATRON_VOCAB.search(line)
+        if found and vocab is None:
+            vocab = int(found.group(1))
+    return args, vocab
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _true(value: str | None) -> bool:
+    return value == "True"
+
+
+def megatron_facts(text: str) -> LogFacts:
+    """Sequence length, global batch, world, layout, model shape and precision from a Megatron-LM log's
+    argument dump (names as in `megatron/training/arguments.py`)."""
+    args, vocab = _dump(text)
+    facts = LogFacts("megatron")
+    if not args:
+        return facts
+    facts.seq_len, facts.global_batch = _int(args.get("seq_length")), _int(args.get("global_batch_size"))
+    facts.gpus = _int(args.get("world_size"))
+    layout: dict[str, Any] = {}
+    for key, name in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
+                      ("cp", "context_parallel_size"), ("dp", "data_parallel_size"),
+                      ("micro_batch", "micro_batch_size")):  # fmt: skip
+        if _int(args.get(name)) is not None:
+            layout[key] = _int(args[name])
+    if "virtual_pipeline_model_parallel_size" in args:
+        layout["vp"] = _int(args["virtual_pipeline_model_parallel_size"]) or 1
+    if "sequence_parallel" in args:
+        layout["sequence_parallel"] = _true(args["sequence_parallel"]) and layout.get("tp", 1) > 1
+    if _true(args.get("use_megatron_fsdp")) or _true(args.get("use_custom_fsdp")):
+        strategy = args.get("data_parallel_sharding_strategy", "optim_grads_params")
+        layout["sharding"] = {"optim_grads": "zero2", "optim_grads_params": "fsdp", "optim": "zero1"}.get(
+            strategy, "none"
+        )
+    elif "use_distributed_optimizer" in args:
+        layout["sharding"] = "zero1" if _true(args["use_distributed_optimizer"]) else "none"
+    if "recompute_granularity" in args:
+        layout["recompute"] = {"selective": "selective", "full": "full"}.get(args["recompute_granularity"], "none")
+    facts.layout = layout or None
+    if _true(args.get("bf16")) or _true(args.get("fp16")):
+        fp8 = args.get("fp8")
+        facts.precision = "fp8" if fp8 not in (None, "None") else ("bf16" if _true(args.get("bf16")) else "fp16")
+    elif "bf16" in args:
+        facts.precision = None  # fp32 training: no precision optlayout models
+    vocab = vocab or _int(args.get("padded_vocab_size")) or _int(args.get("vocab_size"))
+    hidden, heads = _int(args.get("hidden_size")), _int(args.get("num_attention_heads"))
+    if hidden and heads and _int(args.get("num_layers")):
+        groups = _int(args.get("num_query_groups")) if _true(args.get("group_query_attention")) else heads
+        mlp = "swiglu" if _true(args.get("swiglu")) else "relu2" if _true(args.get("squared_relu")) else "gelu"
+        learned = args.get("position_embedding_type", "learned_absolute") == "learned_absolute"
+        model: dict[str, Any] = {
+            "layers": _int(args["num_layers"]),
+            "hidden": hidden,
+            "ffn": _int(args.get("ffn_hidden_size")) or 4 * hidden,
+            "heads": heads,
+            "kv_heads": groups or heads,
+            "mlp": mlp,
+            "tied_embeddings": not _true(args.get("untie_embeddings_and_output_weights")),
+            "bias": args.get("add_bias_linear", "True") == "True",
+            "position_embeddings": (_int(args.get("max_position_embeddings")) or 0) if learned else 0,
+        }
+        kv_channels = _int(args.get("kv_channels"))
+        if kv_channels and kv_channels * heads != hidden:
+            model["head_dim"] = kv_channels
+        if vocab:
+            model["vocab"] = vocab
+        facts.model = model
+    facts.said("the argument dump")
+    return facts
+
+
+def _titan_echo(lines: list[str]) -> dict[str, Any] | None:
+    """torchtitan's config echo (`debug.print_config` / `job.print_config`): the JSON after `Running with configs:`."""
+    for i, line in enumerate(lines):
+        match = _TITAN_ECHO.search(line)
+        if not match:
+            continue
+        body = [match.group(1)] + [_RANK_PREFIX.sub("", rest) for rest in lines[i + 1 :]]
+        depth, out = 0, []
+        for part in body:
+            out.append(part)
+            depth += part.count("{") - part.count("}")
+            if depth <= 0:
+                break
+        try:
+            echo = json.loads("\n".join(out))
+        except json.JSONDecodeError:
+            return None
+        return echo if isinstance(echo, dict) else None
+    return None
+
+
+def _llama_ffn(dim: int, multiple_of: int, multiplier: float | None) -> int:
+    """The Llama FFN rule torchtitan applies: h = 2*4d/3, times the multiplier, rounded up to multiple_of."""
+    hidden = int(2 * 4 * dim / 3)
+    if multiplier is not None:
+        hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def torchtitan_facts(text: str) -> LogFacts:
+    """Sequence length, batch, mesh, model shape, recompute and float8 from a torchtitan log (its trainer-init
+    line, device-mesh line, model-args line, and the config echo when printed)."""
+    lines = _clean(text.splitlines())
+    facts = LogFacts("torchtitan")
+    layout: dict[str, Any] = {}
+    local = None
+    for line in lines:
+        if (found := _TITAN_INIT.search(line)) and facts.seq_len is None:
+            local, facts.global_batch, _, facts.seq_len = (int(g) for g in found.groups())
+            facts.said("the trainer-init line")
+        elif (found := _TITAN_MESH.search(line)) and "mesh" not in (facts.read or []):
+            names = [n.strip(" '\"") for n in found.group(1).split(",") if n.strip()]
+            sizes = [int(s) for s in found.group(2).split(",") if s.strip()]
+            degrees = dict(zip(names, sizes, strict=False))
+            facts.gpus = math.prod(sizes)
+            replicate, shard = degrees.get("dp_replicate", 1), degrees.get("dp_shard", 1)
+            layout |= {"tp": degrees.get("tp", 1), "pp": degrees.get("pp", 1), "cp": degrees.get("cp", 1)}
+            layout["dp"] = replicate * shard
+            layout["sharding"] = "none" if shard == 1 else ("zero2" if layout["pp"] > 1 else "fsdp")
+            facts.said("mesh")
+        elif (found := _TITAN_ARGS.search(line)) and facts.model is None:
+            fields = dict(re.findall(r"(\w+)=([^,()]+)", found.group(1)))
+            dim, heads = int(fields["dim"]), int(fields["n_heads"])
+            multiplier = fields.get("ffn_dim_multiplier", "None")
+            kv = fields.get("n_kv_heads", "None")
+            facts.model = {
+                "layers": int(fields["n_layers"]),
+                "hidden": dim,
+                "ffn": _llama_ffn(
+                    dim, int(fields.get("multiple_of", 256)), None if multiplier == "None" else float(multiplier)
+                ),
+                "heads": heads,
+                "kv_heads": int(kv) if kv != "None" else heads,
+                "vocab": int(fields["vocab_size"]),
+                "rope_theta": float(fields.get("rope_theta", 10000)),
+            }
+            facts.said("the model-args line")
+        elif found := _TITAN_AC.search(line):
+            layout["recompute"] = "selective" if found.group(1).lower().startswith("selective") else "full"
+        elif "Float8" in line and ("Swapped to" in line or "training active" in line):
+            facts.precision = "fp8"
+    if facts.read and "mesh" in facts.read:
+        facts.read = [r if r != "mesh" else "the device-mesh line" for r in facts.read]
+    echo = _titan_echo(lines)
+    if echo:
+        par, train = echo.get("parallelism", {}), echo.get("training", {})
+        facts.seq_len = facts.seq_len or train.get("seq_len")
+        facts.global_batch = facts.global_batch if facts.global_batch else train.get("global_batch_size")
+        local = local or train.get("local_batch_size")
+        for key, name in (("tp", "tensor_parallel_degree"), ("pp", "pipeline_parallel_degree"),
+                          ("cp", "context_parallel_degree")):  # fmt: skip
+            layout.setdefault(key, par.get(name))
+        if layout.get("pp", 1) and layout.get("pp", 1) > 1:
+            layout["micro_batch"] = par.get("pipeline_parallel_microbatch_size", 1)
+        mode = (echo.get("activation_checkpoint") or {}).get("mode")
+        if mode in ("none", "selective", "full"):
+            layout.setdefault("recompute", mode)
+        converters = (echo.get("model") or {}).get("converters") or []
+        if any("float8" in c for c in converters):
+            facts.precision = "fp8"
+        facts.said("the config echo")
+    if local is not None and layout.get("pp", 1) == 1:
+        layout["micro_batch"] = local  # without PP each forward takes the local batch; with PP the echo says
+    if layout:
+        layout.setdefault("recompute", "none")  # torchtitan logs the checkpointing it applies
+        facts.layout = {k: v for k, v in layout.items() if v is not None}
+    if facts.read and facts.precision is None:
+        facts.precision = "bf16"
+        facts.said("bf16 assumed (torchtitan's mixed_precision_param default; no float8 converter logged)")
+    return facts
+
+
+def log_facts(text: str, fmt: str) -> LogFacts:
+    """What a log of `fmt` states about its run."""
+    return megatron_facts(text) if fmt == "megatron" else torchtitan_facts(text)
+
+
+_SHAPE_KEYS = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab")
+
+
+def record_from_log(
+    path: str | Path,
+    fmt: str,
+    *,
+    model: ModelSpec | None = None,
+    cluster: ClusterSpec | None = None,
+    gpu: str | None = None,
+    seq_len: int | None = None,
+    global_batch: int | None = None,
+    layout: str | None = None,
+    precision: str | None = None,
+    run_id: str | None = None,
+    source: str | None = None,
+    warmup: int = DEFAULT_WARMUP,
+) -> tuple[RunRecord, list[str]]:
+    """A run record from a log: what the log states (Megatron-LM's argument dump; torchtitan's trainer-init,
+    mesh and model lines and config echo) fills what is not given; what is given must agree with the log.
+    Returns the record and one line per source saying what was read and what was given."""
+    path = Path(path)
+    if fmt not in LOG_FORMATS:
+        raise InputError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise InputError(f"log: no such file {str(path)!r}") from None
+    except IsADirectoryError:
+        raise InputError(f"log: {str(path)!r} is a directory") from None
+    facts = log_facts(text, fmt)
+    read, given = [], []
+
+    def pick(name: str, value: Any, stated: Any, flag: str) -> Any:
+        if value is not None:
+            if stated is not None and value != stated:
+                raise InputError(f"log: {path.name} states {name} = {stated}, but {flag} gives {value}")
+            given.append(f"{name} {value}")
+            return value
+        if stated is None:
+            raise InputError(f"log: {path.name} does not state the {name}; give {flag}")
+        read.append(f"{name} {stated}")
+        return stated
+
+    seq = pick("sequence length", seq_len, facts.seq_len, "--seq-len")
+    batch = pick("global batch", global_batch, facts.global_batch, "--global-batch")
+    prec = pick("precision", precision, facts.precision, "--precision")
+    if cluster is None:
+        if gpu is None:
+            raise InputError("cluster: give --gpu NAME (the log does not name its GPU) or --cluster gpu=...,gpus=...")
+        gpus = pick("world size", None, facts.gpus, "--cluster gpu=...,gpus=...")
+        try:
+            cluster = ClusterSpec(gpu=gpu, gpus=gpus, gpus_per_node=min(8, gpus))
+        except pydantic.ValidationError as exc:
+            raise InputError(describe_validation_error(exc, "cluster")) from None
+        given.append(f"gpu {gpu}")
+    else:
+        pick("world size", cluster.gpus, facts.gpus, "--cluster gpus=")
+    if layout is not None:
+        run: RunLayout | str = layout
+        given.append(f"layout {layout}")
+    elif facts.layout:
+        try:
+            run = RunLayout(**facts.layout)
+        except pydantic.ValidationError as exc:
+            raise InputError(describe_validation_error(exc, "log layout")) from None
+        read.append("layout " + ",".join(f"{k}={_plain(v)}" for k, v in run.known().items()))
+    else:
+        raise InputError(f"log: {path.name} does not state the layout; give --layout tp=...,pp=...,dp=...")
+    stated_shape = {k: v for k, v in (facts.model or {}).items() if k in _SHAPE_KEYS}
+    if model is not None:
+        for key, value in stated_shape.items():
+            if getattr(model, key) != value:
+                raise InputError(f"log: {path.name} states the model's {key} = {value}, but {model.name} has "
+                                     f"{getattr(model, key)}")  # fmt: skip
+        given.append(f"model {model.name}")
+    elif facts.model and "vocab" in facts.model:
+        try:
+            model = ModelSpec(name=f"{path.stem} model", **facts.model)
+        except pydantic.ValidationError as exc:
+            raise InputError(describe_validation_error(exc, "log model")) from None
+        read.append("model " + ", ".join(f"{k} {v}" for k, v in stated_shape.items()))
+    else:
+        missing = "the vocabulary size" if facts.model else "the model's shape"
+        raise InputError(f"log: {path.name} does not state {missing}; give --model or --model-config")
+    try:
+        job = RunJob.model_validate({"seq_len": seq, "global_batch": batch, "precision": prec})
+    except pydantic.ValidationError as exc:
+        raise InputError(describe_validation_error(exc, "job")) from None
+    record = run_from_log(path, fmt, model, cluster, job, run, run_id=run_id, source=source, warmup=warmup)
+    where = ", ".join(facts.read or ["no header"])
+    lines = [f"read from the log ({where}): {'; '.join(read) or 'nothing'}"]
+    if given:
+        lines.append(f"given: {'; '.join(given)}")
+    return record, lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError, UnsupportedError
 
 
 def plot_compare(result: dict[str, Any], path: str | Path) -> None:
@@ -16,9 +16,9 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise OptlayoutError("plot: matplotlib is not installed (pip install 'optlayout[plot]')") from None
+        raise UnsupportedError("plot: matplotlib is not installed (pip install 'optlayout[plot]')") from None
     if Path(path).suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise OptlayoutError(f"plot: {path} should end in .png, .svg or .pdf")
+        raise InputError(f"plot: {path} should end in .png, .svg or .pdf")
     runs = result["runs"]
     fig, ax = plt.subplots(figsize=(6.5, 6), dpi=120)
     sources = sorted({r["source"] for r in runs})

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction, layout_problems, usable_memory_bytes
-from optlayout.errors import OptlayoutError
+from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
+from optlayout.errors import InputError
+from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
-from optlayout.solver.cpsat import Limits, solve_top_k
-from optlayout.solver.space import SpaceOptions, enumerate_layouts
-from optlayout.solver.tables import CostTable, rank_key, throughput_scale
+from optlayout.solver.candidates import Limits, rank_key, throughput_scale
+from optlayout.solver.problem import Problem
+from optlayout.solver.space import SpaceOptions
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
 from optlayout.topology import Topology, topology_from_cluster
 
@@ -48,9 +50,9 @@ def assumed_fields(record: RunRecord) -> dict[str, dict[str, str]]:
     return {} if why is None else {"attention_kernel": {"value": kernel, "why": why}}
 
 
-def _pins(record: RunRecord) -> dict[str, object]:
+def _pins(record: RunRecord) -> dict[str, Any]:
     known = record.layout.known()
-    pins: dict[str, object] = {k: v for k, v in known.items() if k not in ("sharding", "recompute")}
+    pins: dict[str, Any] = {k: v for k, v in known.items() if k not in ("sharding", "recompute")}
     if "sharding" in known:
         pins["sharding"] = Sharding(known["sharding"])
     if "recompute" in known:
@@ -67,19 +69,20 @@ def predict_run(
     anyway, in the solver's order without the memory constraint (the prediction then says `fits: false`,
     `memory_model_miss`: a miss of the memory model, reported as such).
     """
+    from optlayout.solver.cpsat import solve_top_k  # OR-Tools loads when a run is predicted, not for a calibration file
+
     job = run_job(record)
     topo = topology or topology_from_cluster(record.cluster)
-    table = CostTable(record.model, job, topo.gpu, topo, params)
     pins = _pins(record)
     options = SpaceOptions(pins=pins, max_micro_batch=max(16, int(pins.get("micro_batch", 1))), max_vp=32,
                            max_cp=max(64, int(pins.get("cp", 1))), allow_tp_beyond_domain=True)  # fmt: skip
-    layouts = list(enumerate_layouts(record.model, job, topo.num_gpus, topo.domain_size, options))
+    problem = Problem(record.model, job, topo, params, options)
+    layouts = list(problem.layouts())
     if not layouts:
         problems = _explain_illegal(record, job)
-        raise OptlayoutError(f"run {record.id}: no legal layout matches the published fields ({problems})")
-    candidates = [table.candidate(lay) for lay in layouts]
-    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
-    ranked = solve_top_k(candidates, Limits(capacity)).ranked
+        raise InputError(f"run {record.id}: no legal layout matches the published fields ({problems})")
+    candidates = [problem.table.candidate(lay) for lay in layouts]
+    ranked = solve_top_k(candidates, Limits(problem.capacity_bytes)).ranked
     if ranked:
         best = ranked[0]
     else:

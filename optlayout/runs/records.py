@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.presets import gpu_preset
 from optlayout.specs import AttentionKernel, ClusterSpec, ModelSpec, Precision
 
@@ -90,7 +91,7 @@ class RunRecord(BaseModel):
         return "flash", "not stated: the GPU's native fused kernel"
 
     @property
-    def group_key(self) -> tuple:
+    def group_key(self) -> tuple[object, ...]:
         """Runs sharing model, cluster and job, differing only in layout, are ranked against each other."""
         return (self.model.name, self.cluster.gpu, self.cluster.gpus, self.job.seq_len, self.job.global_batch,
                 self.job.precision, self.attention_kernel()[0])  # fmt: skip
@@ -103,10 +104,10 @@ def _record(raw: dict[str, Any], where: str) -> RunRecord:
     try:
         return RunRecord.model_validate(raw)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, where)) from None
+        raise InputError(describe_validation_error(exc, where)) from None
 
 
-def _undot(row: dict[str, str]) -> dict[str, Any]:
+def _undot(row: Mapping[str | None, str | None]) -> dict[str, Any]:
     """CSV columns `model.hidden`, `layout.tp`, ... -> nested dict; empty cells are null."""
     out: dict[str, Any] = {}
     for key, text in row.items():
@@ -136,7 +137,7 @@ def read_runs(path: str | Path) -> list[RunRecord]:
     """Read run records from a `.jsonl`/`.json` or `.csv` file; errors name the line and field."""
     path = Path(path)
     if not path.is_file():
-        raise OptlayoutError(f"runs: no such file {str(path)!r}")
+        raise InputError(f"runs: no such file {str(path)!r}")
     text = path.read_text()
     records: list[RunRecord] = []
     if path.suffix.lower() == ".csv":
@@ -148,7 +149,7 @@ def read_runs(path: str | Path) -> list[RunRecord]:
             try:
                 items = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise OptlayoutError(f"runs: {path.name} is not valid JSON ({exc.msg})") from None
+                raise InputError(f"runs: {path.name} is not valid JSON ({exc.msg})") from None
             records = [_record(item, f"{path.name} item {i}") for i, item in enumerate(items)]
         else:
             for i, line in enumerate(text.splitlines(), start=1):
@@ -157,8 +158,8 @@ def read_runs(path: str | Path) -> list[RunRecord]:
                 try:
                     raw = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise OptlayoutError(f"runs: {path.name} line {i} is not valid JSON ({exc.msg})") from None
+                    raise InputError(f"runs: {path.name} line {i} is not valid JSON ({exc.msg})") from None
                 records.append(_record(raw, f"{path.name} line {i}"))
     if not records:
-        raise OptlayoutError(f"runs: {path.name} holds no run records")
+        raise InputError(f"runs: {path.name} holds no run records")
     return records

@@ -1,10 +1,10 @@
 """The CP-SAT model: one Boolean per candidate layout, constraints over them, the cost tables as coefficients.
 
 It holds no physics: memory, throughput and bubble come from the cost tables. Constraints are named
-(`exactly_one_layout`, `memory_fits`, `global_batch_bounds`, `bubble_limit`); the objective maximizes
-cluster throughput in scaled integers with the simplicity order as a tie-break folded in, so the optimum
-is unique and deterministic. Top-K re-solves with a no-good on each layout found (CP-SAT Primer, section
-"Top-k").
+(`exactly_one_layout`, `memory_fits`, `global_batch_min`, `global_batch_max`, `bubble_limit`, `no_good_*`);
+the objective maximizes cluster throughput in scaled integers with the simplicity order as a tie-break
+folded in, so the optimum is unique and deterministic. Top-K re-solves with a no-good on each layout found
+(CP-SAT Primer, section "Top-k").
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from optlayout.solver.tables import (
+from optlayout.solver.candidates import (
     MIB,
     Candidate,
     Limits,
@@ -68,7 +68,7 @@ def solve_top_k(
         bubble_ppm = [round(c.evaluation.bubble_fraction * 1e6) for c in candidates]
         limit_ppm = round(limits.max_bubble_fraction * 1e6)
         model.add(sum(b * xi for b, xi in zip(bubble_ppm, x, strict=True)) <= limit_ppm).with_name("bubble_limit")
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[object, ...], list[int]] = {}
     for i, c in enumerate(candidates):
         groups.setdefault(layout_identity(c.layout), []).append(i)
     coeffs = [scaled_throughput(c, scale) * weight + tie_rank[i] for i, c in enumerate(candidates)]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from optlayout.layout.rules import cp_fits_sequence, pp_fits_layers
+from optlayout.solver.candidates import Candidate
 from optlayout.solver.space import SpaceOptions, batch_targets, tp_choices
-from optlayout.solver.tables import Candidate
 from optlayout.specs import JobSpec, ModelSpec
 
 _GB = 1e9
@@ -14,10 +15,10 @@ _GB = 1e9
 def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions) -> str:
     """No layout is legal before memory is even considered: say which rule excludes them."""
     cp = options.pins.get("cp")
-    if isinstance(cp, int) and cp > 1 and job.seq_len % (2 * cp):
+    if isinstance(cp, int) and not cp_fits_sequence(job.seq_len, cp):
         return f"cp: seq_len ({job.seq_len}) must split into 2 x cp = {2 * cp} equal chunks for load-balanced CP"
     pp = options.pins.get("pp")
-    if isinstance(pp, int) and pp > model.layers:
+    if isinstance(pp, int) and not pp_fits_layers(model.layers, pp):
         return f"pp: {pp} pipeline stages exceed the model's {model.layers} layers"
     tps = tp_choices(model, gpus, domain_size, options)
     if not tps:
@@ -40,11 +41,9 @@ def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size:
     )
 
 
-def diagnose_no_fit(candidates: list[Candidate], capacity_bytes: float, gpus: int) -> str:
-    """Every legal layout overflows memory (or a limit): report the closest one and the shortfall."""
-    if not candidates:
-        return "no legal layout"
-    least = min(candidates, key=lambda c: c.evaluation.memory_per_gpu_bytes)
+def diagnose_no_fit(least: Candidate, capacity_bytes: float, gpus: int) -> str:
+    """Every legal layout overflows memory (or a limit): report the closest one, `least` (the legal layout
+    needing the least memory, the first of them in the space's order), and the shortfall."""
     mem = least.prediction.memory
     state = mem["weights_bytes"] + mem["gradients_bytes"] + mem["optimizer_bytes"]
     need = least.prediction.memory_per_gpu_bytes

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optlayout.cost import Prediction
-from optlayout.specs import JobSpec, Layout
+from optlayout.layout.model import SEARCHED_AXES, Layout
+from optlayout.specs import JobSpec
 
 _TERM_NAMES = {
     "compute_s": "compute",
@@ -50,9 +51,9 @@ def why_it_lost(layout: Layout, pred: Prediction, best_layout: Layout, best_pred
     """One line: the two terms that cost the layout most against the best, and what differs in the layout."""
     losses = [d for d in term_deltas(layout, pred, best_layout, best_pred, job) if d.delta_us_per_token > 0]
     changed = [
-        f"{k}={getattr(layout, k).value if hasattr(getattr(layout, k), 'value') else getattr(layout, k)}"
-        for k in ("tp", "pp", "vp", "cp", "dp", "micro_batch", "sharding", "recompute", "sequence_parallel")
-        if getattr(layout, k) != getattr(best_layout, k)
+        f"{a.name}={getattr(getattr(layout, a.name), 'value', getattr(layout, a.name))}"
+        for a in SEARCHED_AXES
+        if a.name != "grad_accum" and getattr(layout, a.name) != getattr(best_layout, a.name)
     ]
     gap = 1 - pred.tokens_per_s_per_gpu / best_pred.tokens_per_s_per_gpu if best_pred.tokens_per_s_per_gpu else 0
     terms = ", ".join(f"{d.term} +{d.delta_us_per_token:.2f} us/token" for d in losses[:2]) or "ties on every term"

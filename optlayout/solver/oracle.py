@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from optlayout.cost import DEFAULT_PARAMS, CostParams, usable_memory_bytes
-from optlayout.solver.cpsat import Limits, passes_limits
+from optlayout.cost import DEFAULT_PARAMS, CostParams
+from optlayout.solver.candidates import (
+    Candidate,
+    CostTable,
+    Limits,
+    layout_identity,
+    passes_limits,
+    rank_key,
+    throughput_scale,
+)
+from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, enumerate_layouts
-from optlayout.solver.tables import Candidate, CostTable, layout_identity, rank_key, throughput_scale
 from optlayout.specs import JobSpec, ModelSpec
 from optlayout.topology import Topology
 
@@ -32,7 +40,7 @@ def oracle_ranking(
         if passes_limits(cand, limits):
             feasible.append(cand)
     scale = throughput_scale(feasible)
-    best_per_layout: dict[tuple, Candidate] = {}
+    best_per_layout: dict[tuple[object, ...], Candidate] = {}
     for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
         best_per_layout.setdefault(layout_identity(cand.layout), cand)  # each layout at its best accumulation
     return list(best_per_layout.values())
@@ -46,7 +54,11 @@ def rank_every_layout(
     options: SpaceOptions | None = None,
 ) -> list[Candidate]:
     """Every feasible layout of a model, cluster and job under the job's memory and batch limits, best first."""
-    table = CostTable(model, job, topology.gpu, topology, params)
-    capacity = usable_memory_bytes(topology.gpu.memory_bytes, job)
-    limits = Limits(capacity, job.min_global_batch, job.max_global_batch)
-    return oracle_ranking(model, job, topology.num_gpus, topology.domain_size, table, options or SpaceOptions(), limits)
+    return rank_problem(Problem(model, job, topology, params, options or SpaceOptions()))
+
+
+def rank_problem(problem: Problem) -> list[Candidate]:
+    """Every feasible layout of a problem under its limits, best first."""
+    topo = problem.topology
+    return oracle_ranking(problem.model, problem.job, topo.num_gpus, topo.domain_size, problem.table, problem.options,
+                          problem.limits)  # fmt: skip

@@ -1,21 +1,26 @@
 """The legal layout space: degrees, micro-batch, accumulation, sharding, recomputation, sequence parallelism.
 
-Both the CP-SAT solver and the exhaustive oracle walk this space; the rules live here once. Memory is not
-a rule of the space: it is a constraint of the model (it needs the cost model).
+Both the CP-SAT solver and the exhaustive oracle walk this space, under the rules of `optlayout.layout.rules`.
+Memory is not a rule of the space: it is a constraint of the model (it needs the cost model).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from optlayout.cost.memory import split_layers, stage_layer_counts, vp_fits
-from optlayout.errors import OptlayoutError
-from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
+from optlayout.errors import InputError
+from optlayout.layout.axes import Axis
+from optlayout.layout.model import SEARCHED_AXES, Layout, Recompute, Sharding
+from optlayout.layout.rules import cp_fits_sequence, field_conflicts, pp_fits_layers, tp_fits_heads
+from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits
+from optlayout.specs import JobSpec, ModelSpec
 
-PIN_KEYS = ("tp", "pp", "vp", "cp", "dp", "micro_batch", "grad_accum", "sharding", "recompute", "sequence_parallel")
-_ALIASES = {"mb": "micro_batch", "ga": "grad_accum", "sp": "sequence_parallel"}
+PIN_KEYS = tuple(a.name for a in SEARCHED_AXES)
+_PINNABLE: dict[str, Axis] = {key: a for a in SEARCHED_AXES for key in a.keys}
 
 
 @dataclass(frozen=True)
@@ -35,32 +40,50 @@ class SpaceOptions:
 
 
 def normalize_key(key: str) -> str:
-    key = _ALIASES.get(key.strip(), key.strip())
-    if key not in PIN_KEYS:
-        raise OptlayoutError(f"pin: unknown layout field {key!r} (known: {', '.join(PIN_KEYS)})")
-    return key
+    """The field a pin names (`mb` -> `micro_batch`); only searched axes can be pinned."""
+    axis = _PINNABLE.get(key.strip())
+    if axis is None:
+        raise InputError(f"pin: unknown layout field {key.strip()!r} (known: {', '.join(PIN_KEYS)})")
+    return axis.name
 
 
 def coerce_value(key: str, value: object) -> object:
     """Turn a pin value into the field's type with a one-line error naming the field."""
     try:
-        if key == "sharding":
-            return Sharding(str(value).lower())
-        if key == "recompute":
-            return Recompute(str(value).lower())
-        if key == "sequence_parallel":
-            if isinstance(value, bool):
-                return value
-            text = str(value).lower()
-            if text not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
-                raise ValueError
-            return text in ("true", "1", "on", "yes")
-        number = int(str(value))
-        if number < 1:
-            raise ValueError
-        return number
+        return _PINNABLE[key].parse(value)
     except ValueError:
-        raise OptlayoutError(f"pin: {key}={value!r} is not a valid value") from None
+        raise InputError(f"pin: {key}={value!r} is not a valid value") from None
+
+
+def space_options(
+    pins: Mapping[str, object] | None = None,
+    maxima: Mapping[str, object] | None = None,
+    exclude: Mapping[str, list[object]] | None = None,
+    **switches: Any,
+) -> SpaceOptions:
+    """Normalize user pins (`{"tp": 8, "sharding": "fsdp"}`), maxima and exclusions, and refuse the ones that
+    contradict a layout rule, so that a request fails naming the rule rather than with an empty space."""
+    pinned = {normalize_key(k): coerce_value(normalize_key(k), v) for k, v in (pins or {}).items()}
+    maxed: dict[str, int] = {}
+    for key, value in (maxima or {}).items():
+        name = normalize_key(key)
+        if not _PINNABLE[name].numeric:
+            raise InputError(f"max: {name} is not a number; use --pin or --exclude")
+        maxed[name] = int(str(coerce_value(name, value)))
+    excluded = {
+        normalize_key(k): frozenset(coerce_value(normalize_key(k), v) for v in vs) for k, vs in (exclude or {}).items()
+    }
+    for problem in field_conflicts(pinned):
+        raise InputError(f"pin: {problem}")
+    bubble = switches.get("max_bubble_fraction")
+    if bubble is not None and not 0 <= bubble <= 1:
+        raise InputError(f"max-bubble: a fraction in [0, 1] (got {bubble})")
+    # a pinned value above a search limit raises the limit rather than emptying the space
+    defaults = {f.name: f.default for f in dataclasses.fields(SpaceOptions)}
+    for pin, limit in (("micro_batch", "max_micro_batch"), ("vp", "max_vp"), ("cp", "max_cp")):
+        if pin in pinned:
+            switches[limit] = max(int(switches.get(limit, defaults[limit])), int(str(pinned[pin])))
+    return SpaceOptions(pins=pinned, maxima=maxed, exclude=excluded, **switches)
 
 
 def _divisors(n: int) -> list[int]:
@@ -78,11 +101,7 @@ def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
 def tp_choices(model: ModelSpec, gpus: int, domain_size: int, options: SpaceOptions) -> list[int]:
     """TP divides the heads; kv heads divide or are replicated; within the NVLink domain unless allowed."""
     limit = gpus if options.allow_tp_beyond_domain else min(domain_size, gpus)
-    return [
-        t
-        for t in _divisors(model.heads)
-        if t <= limit and (model.kv_heads % t == 0 or t % model.kv_heads == 0) and _allowed(options, "tp", t)
-    ]
+    return [t for t in _divisors(model.heads) if t <= limit and tp_fits_heads(model, t) and _allowed(options, "tp", t)]
 
 
 def batch_targets(job: JobSpec) -> tuple[int, int]:
@@ -92,7 +111,7 @@ def batch_targets(job: JobSpec) -> tuple[int, int]:
         return fixed, fixed
     lo, hi = job.min_global_batch, job.max_global_batch
     if lo is None and hi is None:
-        raise OptlayoutError("global batch: give --global-batch, --global-batch-tokens, or min/max bounds")
+        raise InputError("global batch: give --global-batch, --global-batch-tokens, or min/max bounds")
     return lo or 1, hi or (lo or 1) * 64
 
 
@@ -108,14 +127,25 @@ class LayoutGroup:
     def __len__(self) -> int:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
 
+    def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
+        return Layout(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel)
+
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
-            yield Layout(**self.degrees, sharding=sharding, recompute=recompute, sequence_parallel=sp)
+            yield self.layout(sharding, recompute, sp)
+
+    def variants(self) -> Iterator[tuple[Recompute, bool]]:
+        """(recomputation, sequence parallelism) pairs: the layouts of one pair, one per sharding, share their
+        compute, exposed TP/CP time and bubble (sharding changes none of them)."""
+        return itertools.product(self.recomputes, self.sequence_parallel)
 
     def cheapest_variant(self) -> Layout:
-        """No recomputation, sequence-parallel elementwise work, no sharding: the variant whose compute,
-        exposed TP/CP time and bubble are the least of the group's (it may itself be excluded by a pin)."""
-        return Layout(**self.degrees, sequence_parallel=self.degrees["tp"] > 1)  # type: ignore[operator]
+        """No recomputation, sequence-parallel elementwise work and pipeline messages, the state sharded where
+        there is a data-parallel group: the variant whose compute, exposed TP/CP time, bubble, pipeline
+        send/receive and optimizer step are the least of the group's (it may itself be excluded by a pin)."""
+        tp, dp, cp = self.degrees["tp"], self.degrees["dp"], self.degrees["cp"]
+        sharded = dp is not None and cp is not None and dp * cp > 1
+        return self.layout(Sharding.fsdp if sharded else Sharding.none, Recompute.none, tp is not None and tp > 1)
 
 
 def enumerate_layouts(
@@ -140,10 +170,10 @@ def enumerate_groups(
         if not sps:
             continue
         for cp in _divisors(gpus // tp):
-            if cp > options.max_cp or (cp > 1 and job.seq_len % (2 * cp)) or not _allowed(options, "cp", cp):
+            if cp > options.max_cp or not cp_fits_sequence(job.seq_len, cp) or not _allowed(options, "cp", cp):
                 continue
             for pp in _divisors(gpus // (tp * cp)):
-                if pp > model.layers or not _allowed(options, "pp", pp):
+                if not pp_fits_layers(model.layers, pp) or not _allowed(options, "pp", pp):
                     continue
                 split = split_layers(model.layers, pp)
                 if split is None:

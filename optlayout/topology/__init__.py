@@ -6,6 +6,8 @@ collective crosses (see `Topology`). File format: `topologies/README.md`.
 """
 
 from optlayout.topology.load import (
+    LoadedCluster,
+    load_cluster,
     load_topology,
     parse_cluster_shorthand,
     resolve_cluster,
@@ -15,7 +17,9 @@ from optlayout.topology.load import (
 from optlayout.topology.model import Topology, ordered_gpu_nodes
 
 __all__ = [
+    "LoadedCluster",
     "Topology",
+    "load_cluster",
     "load_topology",
     "ordered_gpu_nodes",
     "parse_cluster_shorthand",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.errors import InputError, describe_validation_error
 from optlayout.presets import gpu_preset
 from optlayout.specs import ClusterSpec
 from optlayout.topology.build import build_explicit, build_generator, paused_gc
@@ -19,46 +20,81 @@ from optlayout.topology.schema import ExplicitDoc, FabricSpec, GeneratorDoc, Nic
 SHORTHAND_KEYS = tuple(ClusterSpec.model_fields)
 
 
+@dataclass(frozen=True)
+class LoadedCluster:
+    """A topology and the recipe it came from, which rebuilds it on another GPU count: its shorthand, or its
+    generator-form document (neither for an explicit-form file or a Topology object)."""
+
+    topology: Topology
+    shorthand: ClusterSpec | None = None
+    generator_doc: dict[str, Any] | None = None
+
+
+def load_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> LoadedCluster:
+    """A topology file (read once), a shorthand string, a ClusterSpec or a Topology, with its recipe."""
+    if isinstance(spec, LoadedCluster):
+        return spec
+    if isinstance(spec, Topology):
+        return LoadedCluster(spec)
+    if isinstance(spec, str) and "=" in spec and not Path(spec).is_file():
+        spec = parse_cluster_shorthand(spec)
+    if isinstance(spec, ClusterSpec):
+        gpu_preset(spec.gpu)  # unknown preset -> one-line error naming the field
+        return LoadedCluster(topology_from_cluster(spec), shorthand=spec)
+    if isinstance(spec, (str, Path)):
+        path = Path(spec)
+        doc = read_topology_doc(path)
+        topo = topology_from_dict(doc, default_name=path.stem, where=f"topology {path.name}")
+        generator = isinstance(doc, dict) and "servers" in doc and "nodes" not in doc
+        return LoadedCluster(topo, generator_doc=doc if generator else None)
+    raise InputError(f"cluster: expected a topology file, a shorthand string or a ClusterSpec, got {spec!r}")
+
+
 def load_topology(path: str | Path) -> Topology:
     """Read a topology YAML file (generator or explicit form)."""
     path = Path(path)
+    return topology_from_dict(read_topology_doc(path), default_name=path.stem, where=f"topology {path.name}")
+
+
+def read_topology_doc(path: Path) -> Any:
+    """The parsed document of a topology YAML file; one-line errors for a missing file or bad YAML."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise OptlayoutError(f"topology: no such file {str(path)!r}") from None
+        raise InputError(f"topology: no such file {str(path)!r}") from None
     except OSError as exc:
-        raise OptlayoutError(f"topology: cannot read {str(path)!r} ({exc.strerror})") from None
+        raise InputError(f"topology: cannot read {str(path)!r} ({exc.strerror})") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise OptlayoutError(f"topology {path.name}: YAML syntax error{where}: {problem}") from None
-    return topology_from_dict(doc, default_name=path.stem, where=f"topology {path.name}")
+        raise InputError(f"topology {path.name}: YAML syntax error{where}: {problem}") from None
+    return doc
 
 
 def topology_from_dict(doc: Any, default_name: str = "topology", where: str = "topology") -> Topology:
     """Build a Topology from a parsed document (the dict a topology YAML file holds)."""
     if not isinstance(doc, dict):
-        raise OptlayoutError(f"{where}: expected a mapping of fields, got {type(doc).__name__}")
+        raise InputError(f"{where}: expected a mapping of fields, got {type(doc).__name__}")
     if "nodes" in doc and "servers" in doc:
-        raise OptlayoutError(f"{where}: give `servers` (generator form) or `nodes` (explicit form), not both")
+        raise InputError(f"{where}: give `servers` (generator form) or `nodes` (explicit form), not both")
     if "nodes" not in doc and "servers" not in doc:
-        raise OptlayoutError(f"{where}: missing field 'servers' (generator form) or 'nodes' (explicit form)")
+        raise InputError(f"{where}: missing field 'servers' (generator form) or 'nodes' (explicit form)")
     model = ExplicitDoc if "nodes" in doc else GeneratorDoc
     try:
         spec = model.model_validate(doc)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, where)) from None
+        raise InputError(describe_validation_error(exc, where)) from None
     try:
         gpu = gpu_preset(spec.gpu)
         with paused_gc():
             builder = build_generator(spec, gpu) if isinstance(spec, GeneratorDoc) else build_explicit(spec, gpu)
             graph = builder.graph()
             return Topology(spec.name or default_name, gpu, graph, ordered_gpu_nodes(graph), spec.description)
-    except OptlayoutError as exc:
-        raise OptlayoutError(f"{where}: {exc}") from None
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
 
 
 @lru_cache(maxsize=16)
@@ -92,31 +128,18 @@ def parse_cluster_shorthand(text: str) -> ClusterSpec:
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
         if not sep:
-            raise OptlayoutError(f"cluster: expected key=value, got {part!r}")
+            raise InputError(f"cluster: expected key=value, got {part!r}")
         if key not in SHORTHAND_KEYS:
-            raise OptlayoutError(f"cluster: unknown key {key!r}; valid: {', '.join(SHORTHAND_KEYS)}")
+            raise InputError(f"cluster: unknown key {key!r}; valid: {', '.join(SHORTHAND_KEYS)}")
         fields[key] = value.strip()
     if "gpu" not in fields or "gpus" not in fields:
-        raise OptlayoutError(f"cluster: the shorthand needs gpu=... and gpus=... (got {text!r})")
+        raise InputError(f"cluster: the shorthand needs gpu=... and gpus=... (got {text!r})")
     try:
         return ClusterSpec.model_validate(fields)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "cluster")) from None
+        raise InputError(describe_validation_error(exc, "cluster")) from None
 
 
-def resolve_cluster(spec: str | Path | ClusterSpec | Topology) -> Topology:
+def resolve_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> Topology:
     """A Topology, a ClusterSpec, a path to a topology YAML file, or a shorthand string."""
-    if isinstance(spec, Topology):
-        return spec
-    if isinstance(spec, ClusterSpec):
-        gpu_preset(spec.gpu)  # unknown preset -> one-line error naming the field
-        return topology_from_cluster(spec)
-    if isinstance(spec, Path):
-        return load_topology(spec)
-    if isinstance(spec, str):
-        if "=" in spec and not Path(spec).is_file():
-            cluster = parse_cluster_shorthand(spec)
-            gpu_preset(cluster.gpu)
-            return topology_from_cluster(cluster)
-        return load_topology(spec)
-    raise OptlayoutError(f"cluster: expected a topology file, a shorthand string or a ClusterSpec, got {spec!r}")
+    return load_cluster(spec).topology

@@ -22,7 +22,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
 from optlayout.specs import GpuSpec
 from optlayout.topology.analysis import Tables, analyse
 
@@ -30,9 +30,9 @@ TIER_NAMES = ("leaf", "spine", "core")
 _KIND_CODE = {"nvswitch": 0, "mesh": 1, "pcie": 2, "none": 3}
 
 
-def ordered_gpu_nodes(graph: nx.Graph) -> list[str]:
+def ordered_gpu_nodes(graph: nx.Graph[str]) -> list[str]:
     """GPU nodes in rank order: grouped by server (in order of first appearance), then insertion order."""
-    gpus = [n for n, k in graph.nodes(data="kind") if k == "gpu"]
+    gpus = [n for n, data in graph.nodes.items() if data.get("kind") == "gpu"]
     first: dict[Any, int] = {}
     for g in gpus:
         first.setdefault(graph.nodes[g].get("server"), len(first))
@@ -50,7 +50,7 @@ class Topology:
         self,
         name: str,
         gpu: GpuSpec,
-        graph: nx.Graph,
+        graph: nx.Graph[str],
         gpu_nodes: Sequence[str] | None = None,
         description: str = "",
     ) -> None:
@@ -60,7 +60,7 @@ class Topology:
         self.description = description
         self._gpu_nodes = list(gpu_nodes) if gpu_nodes is not None else ordered_gpu_nodes(graph)
         if not self._gpu_nodes:
-            raise OptlayoutError("nodes: the topology has no gpu nodes")
+            raise InputError("nodes: the topology has no gpu nodes")
         self._t: Tables = analyse(graph, self._gpu_nodes)
         self.num_gpus = len(self._gpu_nodes)
         self.num_servers = len(self._t.server_names)
@@ -83,7 +83,7 @@ class Topology:
 
     def _check(self, rank: int) -> int:
         if not 0 <= rank < self.num_gpus:
-            raise OptlayoutError(f"rank: {rank} is outside 0..{self.num_gpus - 1}")
+            raise InputError(f"rank: {rank} is outside 0..{self.num_gpus - 1}")
         return rank
 
     def gpu_node(self, rank: int) -> str:
@@ -127,13 +127,13 @@ class Topology:
     def _ranks(self, ranks: Sequence[int]) -> np.ndarray:
         arr = np.asarray(ranks, dtype=np.int64).ravel()
         if arr.size == 0:
-            raise OptlayoutError("ranks: a group needs at least one rank")
+            raise InputError("ranks: a group needs at least one rank")
         uniq = np.unique(arr)
         if uniq.size != arr.size:
-            raise OptlayoutError("ranks: a group lists a rank twice")
+            raise InputError("ranks: a group lists a rank twice")
         if uniq[0] < 0 or uniq[-1] >= self.num_gpus:
             bad = int(uniq[0] if uniq[0] < 0 else uniq[-1])
-            raise OptlayoutError(f"rank: {bad} is outside 0..{self.num_gpus - 1}")
+            raise InputError(f"rank: {bad} is outside 0..{self.num_gpus - 1}")
         return uniq
 
     def _group(self, ranks: np.ndarray) -> tuple[float, float]:
@@ -209,7 +209,7 @@ class Topology:
         t = self._t
         level = next((k for k, b in enumerate(t.blocks) if (b[ranks] == b[ranks[0]]).all()), None)
         if level is None:
-            raise OptlayoutError(f"topology: no network path joins ranks {int(ranks[0])} and {int(ranks[-1])}")
+            raise InputError(f"topology: no network path joins ranks {int(ranks[0])} and {int(ranks[-1])}")
         # NIC pools: the group's GPUs in one scale-up domain reach each other's NICs over NVLink (PXN).
         _, pool = np.unique(t.domain[ranks], return_inverse=True)
         owned = np.bincount(pool, weights=t.nic_bw[ranks])
@@ -234,9 +234,9 @@ class Topology:
 
     def _evaluate_pairs(self, first: int, second: int, count: int) -> tuple[float, float]:
         if count < 1 or min(first, second) < 0 or max(first, second) + count > self.num_gpus:
-            raise OptlayoutError(f"pairs: ranks {first}+j and {second}+j (j < {count}) leave 0..{self.num_gpus - 1}")
+            raise InputError(f"pairs: ranks {first}+j and {second}+j (j < {count}) leave 0..{self.num_gpus - 1}")
         if first == second:
-            raise OptlayoutError("pairs: a rank is paired with itself")
+            raise InputError("pairs: a rank is paired with itself")
         j = np.arange(count, dtype=np.int64)
         return self._worst_group(np.sort(np.stack([first + j, second + j], axis=1), axis=1))
 
@@ -271,7 +271,7 @@ class Topology:
             level[(level < 0) & (b == b[:, :1]).all(axis=1)] = k
         if (level < 0).any():
             row = rows[int(np.flatnonzero(level < 0)[0])]
-            raise OptlayoutError(f"topology: no network path joins ranks {int(row[0])} and {int(row[-1])}")
+            raise InputError(f"topology: no network path joins ranks {int(row[0])} and {int(row[-1])}")
         starts = np.flatnonzero(np.c_[np.ones((len(rows), 1), dtype=bool), dom[:, 1:] != dom[:, :-1]].ravel())
         owned = np.add.reduceat(t.nic_bw[rows].ravel(), starts)
         oversub = np.maximum.reduceat(self._factor[level[:, None], rows].ravel(), starts)
@@ -315,12 +315,12 @@ class Topology:
         """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read (a sample can
         miss the groups that straddle a domain or pod edge: tp 16 in 72-GPU NVLink domains, say)."""
         if size < 1 or stride < 1:
-            raise OptlayoutError(f"dim: size ({size}) and stride ({stride}) must be positive")
+            raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         if size == 1:
             return math.inf, 0.0
         span = size * stride
         if span > self.num_gpus:
-            raise OptlayoutError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
+            raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
         g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
         return self._worst_group(((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride)
 

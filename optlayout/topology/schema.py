@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 ScaleUpKind = Literal["nvswitch", "mesh", "pcie", "none"]
 FabricKind = Literal["rail", "fat-tree"]
 NodeKind = Literal["gpu", "nvswitch", "pcie_switch", "cpu", "nic", "leaf", "spine", "core", "server"]
-ServerNodeKind = Literal["gpu", "nvswitch", "pcie_switch", "cpu", "nic"]
 
 SWITCH_TIERS = {"leaf": 1, "spine": 2, "core": 3}
 HOST_KINDS = frozenset({"pcie_switch", "cpu"})

@@ -21,10 +21,13 @@ from typing import Any, Literal
 
 import yaml
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
 from optlayout.presets import gpu_preset
 
-Source = Literal["nvidia-smi", "nccl-xml", "slurm"]
+Doc = list[dict[str, Any]]  # nodes or edges of a topology document
+ScaleUpChoice = Literal["auto", "nvswitch", "mesh", "pcie"]
+FabricChoice = Literal["rail", "fat-tree"]
+
 SOURCES: tuple[str, ...] = ("nvidia-smi", "nccl-xml", "slurm")
 
 # NVLink links per GPU at full width; per-link per-direction bandwidth = preset scale-up / links.
@@ -47,8 +50,8 @@ class DiscoverOptions:
     gpus_per_server: int = 8
     nics_per_server: int | None = None
     nic_gbps: float | None = None
-    scale_up: Literal["auto", "nvswitch", "mesh", "pcie"] = "auto"
-    fabric: Literal["rail", "fat-tree"] = "rail"
+    scale_up: ScaleUpChoice = "auto"
+    fabric: FabricChoice = "rail"
     servers_per_leaf: int | None = None
     oversubscription: float = 1.0
     name: str = "discovered"
@@ -64,7 +67,7 @@ def discover(source: str, text: str, options: DiscoverOptions | None = None) -> 
         return from_nccl_xml(text, opts)
     if source == "slurm":
         return from_slurm(text, opts)
-    raise OptlayoutError(f"from: unknown source {source!r}; valid: {', '.join(SOURCES)}")
+    raise InputError(f"from: unknown source {source!r}; valid: {', '.join(SOURCES)}")
 
 
 def dump_topology(doc: dict[str, Any], notes: list[str]) -> str:
@@ -79,7 +82,7 @@ def dump_topology(doc: dict[str, Any], notes: list[str]) -> str:
 def _gpu_name(opts: DiscoverOptions, fallback: str | None, why: str) -> str:
     name = opts.gpu or fallback
     if name is None:
-        raise OptlayoutError(f"gpu: {why}; pass --gpu PRESET")
+        raise InputError(f"gpu: {why}; pass --gpu PRESET")
     return gpu_preset(name).name
 
 
@@ -161,7 +164,7 @@ def parse_nvidia_smi(text: str) -> SmiMatrix:
     lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
     head = next((i for i, line in enumerate(lines) if "GPU0" in line.split()), None)
     if head is None:
-        raise OptlayoutError("nvidia-smi: no header line with GPU0 (expected the output of `nvidia-smi topo -m`)")
+        raise InputError("nvidia-smi: no header line with GPU0 (expected the output of `nvidia-smi topo -m`)")
     tokens = lines[head].split()
     devices = tokens[: tokens.index("CPU")] if "CPU" in tokens else tokens
     cells: dict[tuple[str, str], str] = {}
@@ -174,17 +177,17 @@ def parse_nvidia_smi(text: str) -> SmiMatrix:
         if not row or row[0] not in devices:
             continue
         if len(row) < len(devices) + 1:
-            raise OptlayoutError(f"nvidia-smi: row {row[0]} has {len(row) - 1} cells for {len(devices)} columns")
+            raise InputError(f"nvidia-smi: row {row[0]} has {len(row) - 1} cells for {len(devices)} columns")
         for col, cell in zip(devices, row[1 : len(devices) + 1], strict=True):
             if not _CELL.match(cell):
-                raise OptlayoutError(f"nvidia-smi: unknown cell {cell!r} (row {row[0]}, column {col})")
+                raise InputError(f"nvidia-smi: unknown cell {cell!r} (row {row[0]}, column {col})")
             cells[(row[0], col)] = cell
         extra = row[len(devices) + 1 :]
         if numa_col is not None and len(extra) > numa_col and extra[numa_col].isdigit():
             numa[row[0]] = extra[numa_col]
     missing = [d for d in devices if (d, d) not in cells]
     if missing:
-        raise OptlayoutError(f"nvidia-smi: no row for {', '.join(missing)}")
+        raise InputError(f"nvidia-smi: no row for {', '.join(missing)}")
     legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)", "\n".join(lines), flags=re.M))
     return SmiMatrix(devices, cells, legend, numa)
 
@@ -201,7 +204,7 @@ def from_nvidia_smi(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     smi = parse_nvidia_smi(text)
     gpus = smi.gpus
     if not gpus:
-        raise OptlayoutError("nvidia-smi: the matrix lists no GPUs")
+        raise InputError("nvidia-smi: the matrix lists no GPUs")
     gpu = _gpu_name(opts, None, "nvidia-smi topo -m does not name the GPU model")
     nodes: list[dict[str, Any]] = [{"id": g.lower(), "kind": "gpu"} for g in gpus]
     edges: list[dict[str, Any]] = []
@@ -218,7 +221,7 @@ def from_nvidia_smi(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     return _generator_doc(opts, gpu, {"nodes": nodes, "edges": edges}, description)
 
 
-def _smi_scale_up(smi: SmiMatrix, gpu: str, opts: DiscoverOptions, nodes: list, edges: list) -> str:
+def _smi_scale_up(smi: SmiMatrix, gpu: str, opts: DiscoverOptions, nodes: Doc, edges: Doc) -> str:
     """NVSwitch when every pair shows the same NV# and a GPU lacks the links for that many direct ones."""
     gpus = smi.gpus
     counts = {
@@ -242,7 +245,7 @@ def _smi_scale_up(smi: SmiMatrix, gpu: str, opts: DiscoverOptions, nodes: list, 
     return "mesh"
 
 
-def _smi_pcie(smi: SmiMatrix, gpu: str, nodes: list, edges: list) -> None:
+def _smi_pcie(smi: SmiMatrix, gpu: str, nodes: Doc, edges: Doc) -> None:
     """PCIe switches = devices joined by PIX/PXB; sockets = devices joined by anything but SYS."""
     devices = smi.devices
     pcie = _pcie_gbytes_per_s(16.0 if gpu.startswith("a100") else 32.0, 16)
@@ -291,13 +294,13 @@ def from_nccl_xml(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
-        raise OptlayoutError(f"nccl-xml: not valid XML ({exc})") from None
+        raise InputError(f"nccl-xml: not valid XML ({exc})") from None
     if root.tag != "system":
-        raise OptlayoutError(f"nccl-xml: the root element is <{root.tag}>, expected <system>")
+        raise InputError(f"nccl-xml: the root element is <{root.tag}>, expected <system>")
     server = _XmlServer()
     cpus = root.findall("cpu")
     if not cpus:
-        raise OptlayoutError("nccl-xml: no <cpu> element under <system>")
+        raise InputError("nccl-xml: no <cpu> element under <system>")
     for i, cpu in enumerate(cpus):
         cpu_id = f"cpu{cpu.get('numaid', i)}"
         server.nodes.append({"id": cpu_id, "kind": "cpu"})
@@ -308,7 +311,7 @@ def from_nccl_xml(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     for i, a in enumerate(ids):
         server.edges.extend({"a": a, "b": b, "gbytes_per_s": socket} for b in ids[i + 1 :])
     if not server.gpus:
-        raise OptlayoutError('nccl-xml: no GPU (<pci class="0x03...">) in the file')
+        raise InputError('nccl-xml: no GPU (<pci class="0x03...">) in the file')
     guess = SM_PRESETS.get(max(server.sm)) if server.sm else None
     gpu = _gpu_name(opts, guess, f"cannot tell the GPU model from sm={sorted(server.sm) or 'none'}")
     kind = _xml_nvlinks(server, gpu)
@@ -389,7 +392,8 @@ def _xml_nvlinks(server: _XmlServer, gpu: str) -> str:
     """<nvlink tclass=0x068000> = to an NVSwitch (one aggregated node); to a GPU busid = a direct link."""
     sm = max(server.sm) if server.sm else 0
     per_link = next((bw for min_sm, bw in NVLINK_GBYTES_PER_S_BY_SM if sm >= min_sm), None) or _nvlink_gbytes_per_s(gpu)
-    switched, direct = False, {}
+    switched = False
+    direct: dict[tuple[Any, ...], int] = {}
     for _, node, elem in server.gpus:
         links = 0
         for nv in elem.findall("nvlink"):
@@ -420,7 +424,7 @@ def expand_hostlist(expr: str) -> list[str]:
     for item in _split_top(expr.strip()):
         parts = re.split(r"(\[[^\]]*\])", item)
         if any(("[" in p) != (p.startswith("[") and p.endswith("]")) or "]" in p.strip("[]") for p in parts):
-            raise OptlayoutError(f"slurm: bad hostlist {expr!r}")
+            raise InputError(f"slurm: bad hostlist {expr!r}")
         choices = [_expand_bracket(p, expr) if p.startswith("[") else [p] for p in parts]
         out.extend("".join(c) for c in itertools.product(*choices))
     return out
@@ -437,19 +441,19 @@ def _split_top(expr: str) -> list[str]:
         else:
             cur += ch
     if depth:
-        raise OptlayoutError(f"slurm: bad hostlist {expr!r} (unbalanced brackets)")
+        raise InputError(f"slurm: bad hostlist {expr!r} (unbalanced brackets)")
     return [i for i in [*items, cur] if i]
 
 
 def _expand_bracket(group: str, expr: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for part in group[1:-1].split(","):
         match = _RANGE.match(part.strip())
         if not match:
-            raise OptlayoutError(f"slurm: bad range {part!r} in hostlist {expr!r}")
+            raise InputError(f"slurm: bad range {part!r} in hostlist {expr!r}")
         lo, hi = match.group(1), match.group(2) or match.group(1)
         if int(hi) < int(lo):
-            raise OptlayoutError(f"slurm: range {part!r} runs backwards in hostlist {expr!r}")
+            raise InputError(f"slurm: range {part!r} runs backwards in hostlist {expr!r}")
         width = len(lo) if lo.startswith("0") else 0
         out.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
     return out
@@ -467,7 +471,7 @@ def parse_slurm(text: str) -> list[dict[str, str]]:
         for token in line.split():
             key, sep, value = token.partition("=")
             if not sep:
-                raise OptlayoutError(f"slurm: line {n}: expected Key=Value, got {token!r}")
+                raise InputError(f"slurm: line {n}: expected Key=Value, got {token!r}")
             record[key.lower()] = value
         records.append(record)
     return records
@@ -478,11 +482,11 @@ def from_slurm(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     records = parse_slurm(text)
     kinds = {k for r in records for k in ("switchname", "blockname", "ringname") if k in r}
     if "ringname" in kinds:
-        raise OptlayoutError("slurm: topology/ring is not supported (use topology/tree or topology/block)")
+        raise InputError("slurm: topology/ring is not supported (use topology/tree or topology/block)")
     if kinds == {"switchname", "blockname"}:
-        raise OptlayoutError("slurm: the file mixes SwitchName= (tree) and BlockName= (block) lines")
+        raise InputError("slurm: the file mixes SwitchName= (tree) and BlockName= (block) lines")
     if not kinds:
-        raise OptlayoutError("slurm: no SwitchName= or BlockName= line")
+        raise InputError("slurm: no SwitchName= or BlockName= line")
     gpu = _gpu_name(opts, None, "topology.conf does not name the GPU model")
     if "blockname" in kinds:
         return _slurm_block(records, opts, gpu)
@@ -509,21 +513,19 @@ def _slurm_tree(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str) 
     for s, kids in children.items():
         for kid in kids:
             if kid not in switches:
-                raise OptlayoutError(f"slurm: switch {kid!r} (in Switches= of {s!r}) is not defined")
+                raise InputError(f"slurm: switch {kid!r} (in Switches= of {s!r}) is not defined")
     tiers = {s: _tier(s, children, set()) for s in switches}
     parents = {kid: [s for s in switches if kid in children[s]] for kid in switches}
     roots = [s for s, p in parents.items() if not p]
     if len(roots) > 1:
-        raise OptlayoutError(
-            f"slurm: the tree has several roots ({', '.join(roots)}): their hosts cannot reach each other"
-        )
+        raise InputError(f"slurm: the tree has several roots ({', '.join(roots)}): their hosts cannot reach each other")
     template = _template(opts, scale_up=True)
     servers = list(dict.fromkeys(h for s in switches for h in hosts[s]))
     if not servers:
-        raise OptlayoutError("slurm: no Nodes= in any SwitchName= line")
+        raise InputError("slurm: no Nodes= in any SwitchName= line")
     port = template["nics"]["per_server"] * template["nics"]["gbps"]
     up = _uplinks(switches, children, hosts, parents, port, tiers, opts.oversubscription)
-    nodes = [{"id": h, "kind": "server"} for h in servers]
+    nodes: list[dict[str, Any]] = [{"id": h, "kind": "server"} for h in servers]
     nodes += [{"id": s, "kind": _tier_kind(t), **({"tier": t} if t > 3 else {})} for s, t in tiers.items()]
     edges: list[dict[str, Any]] = [{"a": h, "b": s} for s in switches for h in hosts[s]]
     for s in switches:
@@ -545,7 +547,7 @@ def _slurm_tree(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str) 
 
 def _tier(switch: str, children: dict[str, list[str]], seen: set[str]) -> int:
     if switch in seen:
-        raise OptlayoutError(f"slurm: switch {switch!r} is its own ancestor (a cycle in Switches=)")
+        raise InputError(f"slurm: switch {switch!r} is its own ancestor (a cycle in Switches=)")
     kids = children[switch]
     return 1 + max((_tier(k, children, seen | {switch}) for k in kids), default=0)
 
@@ -555,8 +557,14 @@ def _tier_kind(tier: int) -> str:
 
 
 def _uplinks(
-    switches: dict, children: dict, hosts: dict, parents: dict, port_gbps: float, tiers: dict, ratio: float
-) -> dict:
+    switches: dict[str, Any],
+    children: dict[str, list[str]],
+    hosts: dict[str, list[str]],
+    parents: dict[str, list[str]],
+    port_gbps: float,
+    tiers: dict[str, int],
+    ratio: float,
+) -> dict[str, float]:
     """Gb/s from each switch to each parent: (hosts' NICs + child uplinks) / oversubscription / parents."""
     up: dict[str, float] = {}
     for s in sorted(switches, key=lambda x: tiers[x]):
@@ -569,7 +577,7 @@ def _slurm_block(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str)
     blocks = {r["blockname"]: expand_hostlist(r.get("nodes", "")) for r in records if "blockname" in r}
     empty = [b for b, hosts in blocks.items() if not hosts]
     if empty:
-        raise OptlayoutError(f"slurm: block {empty[0]!r} has no Nodes=")
+        raise InputError(f"slurm: block {empty[0]!r} has no Nodes=")
     template = _template(opts, scale_up=False)
     port = template["nics"]["per_server"] * template["nics"]["gbps"]
     nodes: list[dict[str, Any]] = [{"id": "spine0", "kind": "spine"}]

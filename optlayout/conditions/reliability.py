@@ -37,9 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from scipy import integrate, special
-
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError
 
 Method = Literal["young", "daly"]
 METHODS: tuple[str, ...] = ("young", "daly")
@@ -64,13 +62,13 @@ def _check(name: str, value: float, *, allow_zero: bool = False) -> float:
     value = float(value)
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise OptlayoutError(f"{name} must be finite and {bound}, got {value:g}")
+        raise InputError(f"{name} must be finite and {bound}, got {value:g}")
     return value
 
 
 def _check_method(method: str) -> None:
     if method not in METHODS:
-        raise OptlayoutError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
 
 
 # --- MTBF ---------------------------------------------------------------------------------------------
@@ -84,13 +82,13 @@ def mtbf_from_failures_s(failures: float, period_s: float) -> float:
 def cluster_mtbf_s(gpus: int, *, gpu_failure_rate_per_s: float | None = None, gpu_mtbf_s: float | None = None) -> float:
     """Job MTBF from a per-GPU failure rate (or per-GPU MTBF): independent failures add up, so the job's
     MTBF is the per-GPU MTBF / gpus and halves when the GPU count doubles. Give exactly one of the two."""
-    gpus = _check("gpus", gpus)
+    count = _check("gpus", gpus)
     if (gpu_failure_rate_per_s is None) == (gpu_mtbf_s is None):
-        raise OptlayoutError("give exactly one of gpu_failure_rate_per_s and gpu_mtbf_s")
+        raise InputError("give exactly one of gpu_failure_rate_per_s and gpu_mtbf_s")
     if gpu_failure_rate_per_s is not None:
-        return 1.0 / _check("gpu_failure_rate_per_s", gpu_failure_rate_per_s) / gpus
+        return 1.0 / _check("gpu_failure_rate_per_s", gpu_failure_rate_per_s) / count
     assert gpu_mtbf_s is not None  # exactly one was given
-    return _check("gpu_mtbf_s", gpu_mtbf_s) / gpus
+    return _check("gpu_mtbf_s", gpu_mtbf_s) / count
 
 
 # --- checkpoint cost ----------------------------------------------------------------------------------
@@ -101,18 +99,34 @@ def storage_bandwidth_Bps(storage_Bps: float, per_node_Bps: float | None = None,
     (per-node write bandwidth x nodes) when those are given."""
     storage_Bps = _check("storage_Bps", storage_Bps)
     if (per_node_Bps is None) != (nodes is None):
-        raise OptlayoutError("per-node write bandwidth and node count go together: give both or neither")
+        raise InputError("per-node write bandwidth and node count go together: give both or neither")
     if per_node_Bps is None or nodes is None:
         return storage_Bps
     return min(storage_Bps, _check("per_node_Bps", per_node_Bps) * _check("nodes", nodes))
 
 
 def checkpoint_write_s(
-    state_bytes: float, storage_Bps: float, per_node_Bps: float | None = None, nodes: int | None = None
+    state_bytes: float,
+    storage_Bps: float,
+    per_node_Bps: float | None = None,
+    nodes: int | None = None,
+    *,
+    largest_node_bytes: float | None = None,
 ) -> float:
-    """Time to write the whole training state once, every rank writing its own shard in parallel, so the
-    bottleneck is the bandwidth of `storage_bandwidth_Bps` (metadata and serialization are neglected)."""
-    return _check("state_bytes", state_bytes) / storage_bandwidth_Bps(storage_Bps, per_node_Bps, nodes)
+    """Time to write the whole training state once, every rank writing its own shard in parallel: the state
+    over the aggregate bandwidth, or the most any node writes over the per-node bandwidth, whichever is
+    longer (metadata and serialization are neglected). The node's bytes are `largest_node_bytes`, or the
+    state split evenly over `nodes`; with the even split this is state / `storage_bandwidth_Bps`."""
+    write_s = _check("state_bytes", state_bytes) / _check("storage_Bps", storage_Bps)
+    if per_node_Bps is None and nodes is None and largest_node_bytes is None:
+        return write_s
+    if largest_node_bytes is None:
+        if per_node_Bps is None or nodes is None:
+            raise InputError("per-node write bandwidth and node count go together: give both or neither")
+        largest_node_bytes = state_bytes / _check("nodes", nodes)
+    if per_node_Bps is None:
+        raise InputError("the bytes the largest node writes need its per-node write bandwidth")
+    return max(write_s, largest_node_bytes / _check("per_node_Bps", per_node_Bps))
 
 
 def checkpoint_blocking_s(state_bytes: float, ranks: int, d2h_Bps: float = DEFAULT_D2H_BPS) -> float:
@@ -152,7 +166,7 @@ def checkpoint_cost(
     if not asynchronous:
         return CheckpointCost(blocking_s=write_s, write_s=write_s, asynchronous=False)
     if ranks is None:
-        raise OptlayoutError("an asynchronous checkpoint needs the number of GPUs (ranks) that share the copy")
+        raise InputError("an asynchronous checkpoint needs the number of GPUs (ranks) that share the copy")
     return CheckpointCost(checkpoint_blocking_s(state_bytes, ranks, d2h_Bps), write_s, asynchronous=True)
 
 
@@ -265,7 +279,7 @@ def plan_checkpointing(
 ) -> CheckpointPlan:
     """Optimal interval, loss per failure and effective fraction for one checkpoint cost.
 
-    Raises OptlayoutError when the checkpoint (or its background write) takes as long as the MTBF: then the
+    Raises InputError when the checkpoint (or its background write) takes as long as the MTBF: then the
     job fails about once per checkpoint and no interval makes progress reliably.
     """
     _check_method(method)
@@ -273,12 +287,12 @@ def plan_checkpointing(
     r = _check("restart_s", restart_s, allow_zero=True)
     lag = _check("durability_lag_s", durability_lag_s, allow_zero=True)
     if c >= m:
-        raise OptlayoutError(
+        raise InputError(
             f"MTBF {m / SECONDS_PER_MINUTE:.3g} min is not longer than the checkpoint cost "
             f"{c / SECONDS_PER_MINUTE:.3g} min: no useful checkpoint interval exists"
         )
     if lag >= m:
-        raise OptlayoutError(
+        raise InputError(
             f"MTBF {m / SECONDS_PER_MINUTE:.3g} min is not longer than the background checkpoint write "
             f"{lag / SECONDS_PER_MINUTE:.3g} min: checkpoints would rarely become durable"
         )
@@ -307,7 +321,7 @@ def goodput_fraction(
 ) -> float:
     """Effective training-time fraction at the optimal interval: what the solver multiplies throughput by.
 
-    young: 1 - sqrt(2C/M) - (R + lag)/M (clipped at 0). Raises OptlayoutError if C >= M.
+    young: 1 - sqrt(2C/M) - (R + lag)/M (clipped at 0). Raises InputError if C >= M.
     """
     return plan_checkpointing(mtbf_s, checkpoint_s, restart_s, method, durability_lag_s).effective_time_fraction
 
@@ -331,51 +345,3 @@ def checkpoint_cost_table(
 def table_costs_s(checkpoint_s: float, factors: Sequence[float] = DEFAULT_TABLE_FACTORS) -> list[float]:
     """The what-if checkpoint costs: `checkpoint_s` times each factor."""
     return [checkpoint_s * f for f in factors]
-
-
-# --- stragglers ---------------------------------------------------------------------------------------
-
-
-def straggler_step_time_s(step_time_s: float, slowdown: float | Sequence[float]) -> float:
-    """A synchronous step moves at its slowest rank: step time x the largest slowdown (>= 1). `slowdown` is
-    that factor, or the per-rank factors (their maximum is taken)."""
-    worst = max(slowdown) if isinstance(slowdown, Sequence) else slowdown
-    if not math.isfinite(worst) or worst < 1.0:
-        raise OptlayoutError(f"slowdown must be >= 1 (1 = no straggler), got {worst:g}")
-    return _check("step_time_s", step_time_s) * worst
-
-
-def expected_max_standard_normal(n: int) -> float:
-    """E[max of n independent standard normals]: integral of 1 - Phi^n over x > 0 minus Phi^n over x < 0
-    (0 for n = 1, 1/sqrt(pi) for n = 2, about 3.9 for n = 16,384)."""
-    if isinstance(n, bool) or int(n) != n or n < 1:
-        raise OptlayoutError(f"n must be a whole number >= 1, got {n!r}")
-    n = int(n)
-    if n == 1:
-        return 0.0
-
-    def log_cdf_n(x: float) -> float:
-        return n * float(special.log_ndtr(x))
-
-    top = 1.0 + math.sqrt(2.0 * math.log(n))  # where the maximum concentrates
-    pos, _ = integrate.quad(lambda x: -math.expm1(log_cdf_n(x)), 0.0, top + 40.0, points=[top], limit=200)
-    neg, _ = integrate.quad(lambda x: math.exp(log_cdf_n(x)), -40.0, 0.0, limit=200)
-    return pos - neg
-
-
-def expected_max_slowdown(ranks: int, sigma: float) -> float:
-    """Expected slowdown of a synchronous step when each rank's time is independently 1 + sigma * Z, Z
-    standard normal (run-to-run jitter): 1 + sigma * E[max of `ranks` normals]. Meant for small sigma."""
-    return 1.0 + _check("sigma", sigma, allow_zero=True) * expected_max_standard_normal(ranks)
-
-
-def expected_max_slowdown_bernoulli(ranks: int, p_slow: float, slowdown: float) -> float:
-    """Expected step slowdown when each rank is independently slow by `slowdown` with probability `p_slow`
-    per step: 1 + (slowdown - 1) (1 - (1 - p)^ranks). Rare stragglers become certain at scale."""
-    if isinstance(ranks, bool) or int(ranks) != ranks or ranks < 1:
-        raise OptlayoutError(f"ranks must be a whole number >= 1, got {ranks!r}")
-    if not 0.0 <= p_slow <= 1.0:
-        raise OptlayoutError(f"p_slow must be in [0, 1], got {p_slow:g}")
-    straggler_step_time_s(1.0, slowdown)  # validates slowdown >= 1
-    p_any_slow = 1.0 if p_slow == 1.0 else -math.expm1(ranks * math.log1p(-p_slow))
-    return 1.0 + (slowdown - 1.0) * p_any_slow

@@ -8,28 +8,20 @@ from typing import Any
 
 import pydantic
 
-from optlayout.api import _failure, _solve_on, _storage, cluster_source, space_options
-from optlayout.cost import DEFAULT_PARAMS, CostParams, usable_memory_bytes
-from optlayout.errors import OptlayoutError, describe_validation_error
-from optlayout.goodput import (
-    FailureSpec,
-    StorageSpec,
-)
-from optlayout.plan import LayoutChange, Plan, Replan
-from optlayout.solver.cpsat import Limits, passes_limits
-from optlayout.solver.space import (
-    SpaceOptions,
-    batch_targets,
-    enumerate_layouts,
-)
-from optlayout.solver.tables import CostTable
+from optlayout.conditions.goodput import FailureSpec, StorageSpec
+from optlayout.cost import DEFAULT_PARAMS, CostParams
+from optlayout.errors import InfeasibleError, InputError, OptlayoutError, UnsupportedError, describe_validation_error
+from optlayout.layout.model import AXES
+from optlayout.planning.plan import LayoutChange, Plan, Replan
+from optlayout.planning.search import ClusterInput, SolveRequest, failure_input, solve_request, storage_input
+from optlayout.solver.candidates import passes_limits, state_key
+from optlayout.solver.problem import Problem
+from optlayout.solver.space import SpaceOptions, batch_targets, space_options
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
-from optlayout.topology import Topology, resolve_cluster, topology_from_dict
+from optlayout.timings import PhaseClock
+from optlayout.topology import Topology, load_cluster, topology_from_dict
 from optlayout.topology.schema import GeneratorDoc
 
-_CHANGE_FIELDS = ("tp", "pp", "vp", "cp", "dp", "micro_batch", "grad_accum", "sharding", "recompute",
-                  "sequence_parallel", "first_stage_layers", "last_stage_layers")  # fmt: skip
-_SHARD_FIELDS = frozenset({"tp", "pp", "vp", "first_stage_layers", "last_stage_layers"})
 _SAVED_SPLIT = {Sharding.none: 0, Sharding.zero1: 1, Sharding.zero2: 1, Sharding.fsdp: 2}  # what the saved state shards
 
 
@@ -42,13 +34,14 @@ def layout_changes(old: Layout, new: Layout) -> list[LayoutChange]:
     reshard on load (torch DCP, Megatron `torch_dist`) do it by themselves; per-rank formats need converting."""
     sharded = old.sharding != Sharding.none or new.sharding != Sharding.none
     out = []
-    for name in _CHANGE_FIELDS:
+    for axis in AXES:
+        name = axis.name
         a, b = getattr(old, name), getattr(new, name)
         if a != b:
             if name == "sharding":  # ZeRO-2 differs from ZeRO-1 in gradients only, which are not saved
                 reshard = _SAVED_SPLIT[a] != _SAVED_SPLIT[b]
             else:
-                reshard = name in _SHARD_FIELDS or (name in ("dp", "cp") and sharded)
+                reshard = axis.checkpoint == "reshards" or (axis.checkpoint == "reshards_if_sharded" and sharded)
             out.append(LayoutChange(dim=name, before=getattr(a, "value", a), after=getattr(b, "value", b),
                                     reshards_checkpoint=reshard))  # fmt: skip
     if old.global_batch != new.global_batch:
@@ -73,7 +66,7 @@ class _ClusterMaker:
             try:
                 self.per_node = GeneratorDoc.model_validate(doc).gpu_count
             except pydantic.ValidationError as exc:
-                raise OptlayoutError(describe_validation_error(exc, f"replan: topology {name}")) from None
+                raise InputError(describe_validation_error(exc, f"replan: topology {name}")) from None
 
     @property
     def buildable(self) -> bool:
@@ -89,7 +82,7 @@ class _ClusterMaker:
     def build(self, gpus: int) -> tuple[Topology, ClusterSpec | None, dict[str, Any] | None]:
         if self.shorthand is not None:
             spec = ClusterSpec.model_validate({**self.shorthand.model_dump(), "gpus": gpus})
-            return resolve_cluster(spec), spec, None
+            return load_cluster(spec).topology, spec, None
         assert self.doc is not None
         servers = gpus // self.per_node
         doc = {**self.doc, "servers": servers}
@@ -103,16 +96,12 @@ class _ClusterMaker:
         return f"{self.per_node}-GPU servers (the plan's topology {self.name})"
 
 
-def _has_feasible_layout(
-    spec: ModelSpec, job: JobSpec, topo: Topology, options: SpaceOptions, params: CostParams
-) -> bool:
-    """Whether any legal layout fits memory and the limits on `topo` (stops at the first one)."""
-    table = CostTable(spec, job, topo.gpu, topo, params)
-    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
-    limits = Limits(capacity, job.min_global_batch, job.max_global_batch, options.max_bubble_fraction)
-    state_ok: dict[tuple, bool] = {}
-    for lay in enumerate_layouts(spec, job, topo.num_gpus, topo.domain_size, options):
-        key = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.first_stage_layers, lay.last_stage_layers)
+def _has_feasible_layout(problem: Problem) -> bool:
+    """Whether any legal layout fits memory and the limits (stops at the first one)."""
+    table, capacity, limits = problem.table, problem.capacity_bytes, problem.limits
+    state_ok: dict[tuple[object, ...], bool] = {}
+    for lay in problem.layouts():
+        key = state_key(lay)
         if key not in state_ok:
             state_ok[key] = table.state_fits(lay, capacity)
         if state_ok[key] and passes_limits(table.candidate(lay), limits):
@@ -139,7 +128,7 @@ def nearest_gpu_counts(
             topo, _, _ = maker.build(n)
         except (OptlayoutError, pydantic.ValidationError):
             return False
-        return _has_feasible_layout(spec, job, topo, options, params)
+        return _has_feasible_layout(Problem(spec, job, topo, params, options))
 
     below = next((n for n in _counts(maker, gpus, -1, probes) if works(n)), None)
     above = next((n for n in _counts(maker, gpus, +1, probes) if works(n)), None)
@@ -147,7 +136,8 @@ def nearest_gpu_counts(
 
 
 def _counts(maker: _ClusterMaker, gpus: int, direction: int, probes: int) -> list[int]:
-    out, n = [], gpus + direction
+    out: list[int] = []
+    n = gpus + direction
     while 1 <= n <= max(4 * gpus, gpus + probes * maker.per_node) and len(out) < probes:
         if maker.valid(n):
             out.append(n)
@@ -188,10 +178,10 @@ def replan(
     plan: Plan | str | Path,
     gpus: int | None = None,
     *,
-    cluster: str | Path | ClusterSpec | Topology | None = None,
+    cluster: ClusterInput | None = None,
     top: int = 1,
     pins: Mapping[str, object] | None = None,
-    maxima: Mapping[str, int] | None = None,
+    maxima: Mapping[str, object] | None = None,
     exclude: Mapping[str, list[object]] | None = None,
     params: CostParams = DEFAULT_PARAMS,
     time_limit_s: float = 10.0,
@@ -208,51 +198,55 @@ def replan(
     gpus / gpus_per_server servers; give `cluster` for a plan made from an explicit topology or to move
     elsewhere. The objective, failure, storage and straggler inputs default to the plan's.
     The returned plan's `replan.changes` lists the layout fields that differ from the plan's best and
-    whether each reshards the checkpoint. Raises a one-line OptlayoutError naming the rule when no layout
+    whether each reshards the checkpoint. Raises a one-line InfeasibleError naming the rule when no layout
     works on `gpus`, with the nearest GPU counts that do.
     """
     old = Plan.load(plan) if isinstance(plan, (str, Path)) else plan
     if gpus is not None and (isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1):
-        raise OptlayoutError(f"replan: gpus must be a whole number >= 1 (got {gpus!r})")
+        raise InputError(f"replan: gpus must be a whole number >= 1 (got {gpus!r})")
     options = space_options(pins, maxima, exclude, **switches)
+    clock = PhaseClock()
     if cluster is not None:
-        topo = resolve_cluster(cluster)
+        with clock.phase("topology"):
+            loaded = load_cluster(cluster)
+        topo, shorthand, doc = loaded.topology, loaded.shorthand, loaded.generator_doc
         if gpus is not None and topo.num_gpus != gpus:
-            raise OptlayoutError(f"replan: the given cluster has {topo.num_gpus} GPUs, not {gpus}")
+            raise InputError(f"replan: the given cluster has {topo.num_gpus} GPUs, not {gpus}")
         gpus = topo.num_gpus
-        shorthand, doc = cluster_source(cluster)
         maker = _ClusterMaker(shorthand, doc, topo.name)
     else:
         if gpus is None:
-            raise OptlayoutError("replan: give the new GPU count (or a cluster)")
+            raise InputError("replan: give the new GPU count (or a cluster)")
         maker = _ClusterMaker(old.cluster, old.topology_doc, old.topology_name)
         if not maker.buildable:
-            raise OptlayoutError(
+            raise UnsupportedError(
                 f"replan: the plan's cluster {old.topology_name!r} came from an explicit topology (or a Topology "
                 f"object), which cannot be rebuilt on {gpus} GPUs; give the new cluster (--cluster or --topology)"
             )
         if not maker.valid(gpus):
             below, above = nearest_gpu_counts(old.model, old.job, maker, gpus, options, params)
-            raise OptlayoutError(
+            raise InputError(
                 f"replan: {gpus} GPUs is not a whole number of {maker.unit()}; pass --cluster/--topology for "
                 f"another shape, or use a multiple of {maker.per_node}; {_suggestion(below, above)}"
             )
-        topo, shorthand, doc = maker.build(gpus)
-    new = _solve_on(
-        old.model, topo, old.job, top, pins, maxima, exclude, params, time_limit_s,
-        objective if objective is not None else old.objective,
-        _failure(failure) if failure is not None else old.failure,
-        _storage(storage) if storage is not None else old.storage,
-        straggler_slowdown if straggler_slowdown is not None else old.straggler_slowdown,
-        switches,
+        with clock.phase("topology"):
+            topo, shorthand, doc = maker.build(gpus)
+    request = SolveRequest.make(
+        old.model, topo, old.job, top=top, pins=pins, maxima=maxima, exclude=exclude, params=params,
+        time_limit_s=time_limit_s, objective=objective if objective is not None else old.objective,
+        failure=failure_input(failure) if failure is not None else old.failure,
+        storage=storage_input(storage) if storage is not None else old.storage,
+        straggler_slowdown=straggler_slowdown if straggler_slowdown is not None else old.straggler_slowdown,
+        switches=switches,
     )  # fmt: skip
+    new = solve_request(request, clock)
     if not new.layouts:
         below, above = nearest_gpu_counts(old.model, old.job, maker, gpus, options, params)
         if new.legal_layouts == 0 and not (pins or maxima or exclude):
             why = _batch_rule(old.job, old.model, gpus)
         else:
             why = f"no layout of {old.model.name} works on {gpus} GPUs: {new.diagnosis}"
-        raise OptlayoutError(f"replan: {why}; {_suggestion(below, above)}")
+        raise InfeasibleError(f"replan: {why}; {_suggestion(below, above)}")
     from_layout = old.layouts[0].layout if old.layouts else None
     changes = layout_changes(from_layout, new.best.layout) if from_layout is not None else []
     return new.model_copy(

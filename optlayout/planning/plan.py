@@ -9,9 +9,10 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, Field, PrivateAttr
 
+from optlayout.conditions.goodput import FailureSpec, LayoutCheckpointing, StorageSpec
+from optlayout.conditions.stragglers import StragglerPrediction
 from optlayout.cost import Prediction
-from optlayout.errors import OptlayoutError, describe_validation_error
-from optlayout.goodput import FailureSpec, LayoutCheckpointing, StorageSpec, StragglerPrediction
+from optlayout.errors import InfeasibleError, InputError, describe_validation_error
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 SCHEMA_VERSION = 1
@@ -32,7 +33,7 @@ class PlannedLayout(BaseModel):
 
     def _plan_context(self) -> tuple[ModelSpec, JobSpec, int]:
         if self._context is None:
-            raise OptlayoutError("plan: this layout is not attached to a plan (take it from Plan.layouts)")
+            raise InputError("plan: this layout is not attached to a plan (take it from Plan.layouts)")
         return self._context
 
     def emit(self, fmt: str, **options: Any) -> str:
@@ -50,10 +51,11 @@ class PlannedLayout(BaseModel):
         return megatron_args(model, job, self.layout, gpus_per_node)
 
     def to_torchtitan_toml(self) -> str:
-        return self.emit("torchtitan")
+        return self.emit("torchtitan", torchtitan_version="0.2.2")
 
     def to_deepspeed_config(self) -> dict[str, Any]:
-        return json.loads(self.emit("deepspeed"))
+        config: dict[str, Any] = json.loads(self.emit("deepspeed"))
+        return config
 
     def to_accelerate_yaml(self) -> str:
         return self.emit("accelerate")
@@ -98,9 +100,11 @@ class Plan(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     status: str = Field(description="optimal | feasible (time limit hit) | infeasible")
-    solve_time_s: float
-    build_time_s: float = Field(0.0, description="building the CP-SAT model from the cost tables")
-    table_time_s: float = Field(0.0, description="enumerating the space and evaluating the cost model")
+    phases_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="wall-clock seconds by phase (optlayout.timings.PHASES); not part of the answer, so never saved",
+        exclude=True,
+    )
     legal_layouts: int = Field(0, description="layouts of the legal space looked at")
     evaluated_layouts: int = Field(0, description="layouts the cost model evaluated (the rest proven over memory)")
     candidates: int = Field(0, description="the CP-SAT model's Booleans: evaluated layouts that can be in the top K")
@@ -126,15 +130,25 @@ class Plan(BaseModel):
             planned._context = (self.model, self.job, self.gpus_per_server)
 
     @property
+    def total_time_s(self) -> float:
+        """Wall-clock seconds of every phase timed (a library solve: topology to CP-SAT; the CLI adds the rest)."""
+        return sum(self.phases_s.values())
+
+    @property
+    def cpsat_time_s(self) -> float:
+        """Building and solving the CP-SAT model, every top-K re-solve included."""
+        return self.phases_s.get("cpsat", 0.0)
+
+    @property
     def best(self) -> PlannedLayout:
         if not self.layouts:
-            raise OptlayoutError(f"plan has no layout: {self.diagnosis or self.status}")
+            raise InfeasibleError(f"plan has no layout: {self.diagnosis or self.status}")
         return self.layouts[0]
 
     def layout_at(self, rank: int) -> PlannedLayout:
         """The layout ranked `rank` (1 = best)."""
         if not 1 <= rank <= len(self.layouts):
-            raise OptlayoutError(f"rank: the plan holds layouts 1..{len(self.layouts)}, not {rank}")
+            raise InputError(f"rank: the plan holds layouts 1..{len(self.layouts)}, not {rank}")
         return self.layouts[rank - 1]
 
     def to_json(self) -> str:
@@ -149,23 +163,23 @@ class Plan(BaseModel):
         try:
             raw = json.loads(Path(path).read_text())
         except FileNotFoundError:
-            raise OptlayoutError(f"plan: no such file {str(path)!r}") from None
+            raise InputError(f"plan: no such file {str(path)!r}") from None
         except json.JSONDecodeError as exc:
-            raise OptlayoutError(f"plan: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise InputError(f"plan: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
         version = raw.get("schema_version") if isinstance(raw, dict) else None
         if version != SCHEMA_VERSION:
-            raise OptlayoutError(
+            raise InputError(
                 f"plan: schema_version {version!r} is not supported (this optlayout reads {SCHEMA_VERSION}); "
                 "re-run `optlayout solve --save` to regenerate it"
             )
         try:
             plan = cls.model_validate(raw)
         except pydantic.ValidationError as exc:
-            raise OptlayoutError(describe_validation_error(exc, "plan")) from None
-        from optlayout.cost import layout_problems
+            raise InputError(describe_validation_error(exc, "plan")) from None
+        from optlayout.layout import layout_problems
 
         for planned in plan.layouts:
             problems = layout_problems(plan.model, plan.job, planned.layout, plan.gpus)
             if problems:
-                raise OptlayoutError(f"plan: layout {planned.rank} is illegal: {'; '.join(problems)}")
+                raise InputError(f"plan: layout {planned.rank} is illegal: {'; '.join(problems)}")
         return plan

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from optlayout.errors import OptlayoutError
+from optlayout.errors import InputError, OptlayoutError
 
 __all__ = [
     "CATEGORIES",
@@ -156,7 +156,9 @@ class TraceStream:
     def _peek(self) -> str | None:
         """Next non-whitespace character (not consumed), or None at end of file."""
         while True:
-            self._pos = _WS.match(self._buf, self._pos).end()
+            blank = _WS.match(self._buf, self._pos)
+            assert blank is not None  # [ \t\n\r]* matches the empty string too
+            self._pos = blank.end()
             if self._pos < len(self._buf):
                 return self._buf[self._pos]
             if not self._fill():
@@ -262,9 +264,9 @@ def iter_trace_events(path: str | Path) -> Iterator[dict[str, Any]]:
 class _Lane:
     """Compact storage of one thread's or stream's complete events."""
 
-    ts: array = field(default_factory=lambda: array("d"))
-    dur: array = field(default_factory=lambda: array("d"))
-    name: array = field(default_factory=lambda: array("q"))
+    ts: array[float] = field(default_factory=lambda: array("d"))
+    dur: array[float] = field(default_factory=lambda: array("d"))
+    name: array[int] = field(default_factory=lambda: array("q"))
 
     def add(self, ts: float, dur: float, name_id: int) -> None:
         self.ts.append(ts)
@@ -339,9 +341,8 @@ def _self_times(lane: _Lane) -> np.ndarray:
 
 def _rank_of(metadata: dict[str, Any]) -> int | None:
     info = metadata.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
-    return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) else None
 
 
 def summarize_trace(path: str | Path) -> TraceSummary:
@@ -371,7 +372,8 @@ def summarize_trace(path: str | Path) -> TraceSummary:
         n_complete += 1
         t_min, t_max = min(t_min, ts), max(t_max, ts + dur)
         name_id = names.setdefault(name, len(names))
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        raw_args = ev.get("args")
+        args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
         if cat in _GPU_CATS or (cat.endswith("kernel") and ("stream" in args or "device" in args)):
             key = (args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
             gpu.setdefault(key, _Lane()).add(ts, dur, name_id)
@@ -585,7 +587,7 @@ def _ranks(summaries: Sequence[TraceSummary]) -> list[RankTime]:
     for index, s in enumerate(summaries):
         rank = s.rank if s.rank is not None else index
         if rank in seen:
-            raise OptlayoutError(f"rank {rank} appears twice: {seen[rank]} and {s.path} (give one trace per rank)")
+            raise InputError(f"rank {rank} appears twice: {seen[rank]} and {s.path} (give one trace per rank)")
         seen[rank] = s.path
         rows.append((rank, s))
     rows.sort(key=lambda r: r[0])
@@ -655,12 +657,12 @@ def _verdict(report: ProfileReport) -> list[str]:
 def analyze(paths: Sequence[str | Path], top: int = 10) -> ProfileReport:
     """Analyze one trace, or several (one per rank: `distributedInfo.rank` if present, else file order)."""
     if not paths:
-        raise OptlayoutError("profile: give at least one trace file")
+        raise InputError("profile: give at least one trace file")
     if top < 1:
-        raise OptlayoutError(f"top: must be at least 1 (got {top})")
+        raise InputError(f"top: must be at least 1 (got {top})")
     for p in paths:
         if not Path(p).is_file():
-            raise OptlayoutError(f"trace {p}: no such file")
+            raise InputError(f"trace {p}: no such file")
     summaries = [summarize_trace(p) for p in paths]
     op_time: dict[str, float] = {}
     op_cat: dict[str, str] = {}

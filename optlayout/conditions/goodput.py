@@ -1,9 +1,9 @@
-"""Run conditions of a layout: failures and checkpoints (goodput) and stragglers, on top of the one cost model.
+"""Failures and checkpoints of a layout (goodput), on top of the one cost model.
 
 Goodput is throughput x the effective time fraction: the share of wall time that trains once checkpoint
-pauses, work lost to failures and restarts are paid (`optlayout.reliability`, Young/Daly). What makes it
-depend on the layout is the checkpoint, derived here from the cost model's memory accounting
-(`cost.memory.stage_params` and `state_bytes_per_gpu`, the same numbers as the memory breakdown):
+pauses, work lost to failures and restarts are paid (`optlayout.conditions.reliability`, Young/Daly). What makes it
+depend on the layout is the checkpoint, derived here from the cost model's memory accounting (the
+parameters per stage the memory breakdown holds, and `state_bytes_per_gpu`):
 
 * Bytes written: the unique training state, weights + optimizer state (gradients are not saved). Each
   GPU of stage i holds w_i weight and o_i optimizer bytes; over the stage's tp x d ranks (d = dp x cp)
@@ -15,10 +15,9 @@ depend on the layout is the checkpoint, derived here from the cost model's memor
 * Who writes: every rank writes an equal part of its stage's unique state in parallel (replicas split
   the replicated state among themselves: torch DCP's save-plan deduplication, Megatron's fully parallel
   save). A node writes the parts of its ranks (Megatron rank order, pipeline stage outermost), so the
-  write takes max(total / aggregate storage bandwidth, largest node's bytes / per-node bandwidth). With
-  even stages that is total / min(aggregate, per-node x nodes), as in `reliability.storage_bandwidth_Bps`;
-  stages holding the embedding or output layer make their nodes write more, and layouts leaving GPUs
-  idle write through fewer nodes.
+  write takes max(total / aggregate storage bandwidth, largest node's bytes / per-node bandwidth)
+  (`reliability.checkpoint_write_s`, the one write formula); stages holding the embedding or output
+  layer make their nodes write more, and layouts leaving GPUs idle write through fewer nodes.
 * Synchronous checkpoint: training waits for the write. Asynchronous: training waits only while each
   GPU copies what it holds to host memory; torch DCP's `async_save` stages the rank's whole local state
   dict before the save plan deduplicates replicas, so a GPU copies its resident weights + optimizer
@@ -32,29 +31,24 @@ cp, dp, sharding and the stage split, never on micro-batch, accumulation or reco
 solver's reductions (largest accumulation, memory skips, the top-k skyline) stay exact when the candidate
 throughput is multiplied by it.
 
-Stragglers: a synchronous step moves at its slowest rank, so a straggler slowdown s makes every step
-(1 + s) times longer (`reliability.straggler_step_time_s`) and divides throughput and MFU by 1 + s. It is
-a run condition, not a calibratable constant of the cost model, and it scales every layout alike, so it
-changes the predicted figures, never the order of layouts: it is applied to the reported predictions.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from optlayout import reliability as rel
-from optlayout.cost import Prediction
-from optlayout.cost.memory import layer_params_per_rank, stage_layer_counts, stage_params, state_bytes_per_gpu
-from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.conditions import reliability as rel
+from optlayout.cost.memory import layer_param_count_per_rank, param_count_per_stage, state_bytes_per_gpu
+from optlayout.errors import InputError, OptlayoutError, describe_validation_error
+from optlayout.layout.stages import stage_split
 from optlayout.specs import JobSpec, Layout, ModelSpec, Sharding
 
 OBJECTIVES = ("mfu", "goodput")
-Objective = Literal["mfu", "goodput"]
 
 
 class _Spec(BaseModel):
@@ -104,7 +98,7 @@ def failure_spec(**fields: object) -> FailureSpec:
     try:
         return FailureSpec.model_validate(fields)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "failure")) from None
+        raise InputError(describe_validation_error(exc, "failure")) from None
 
 
 def storage_spec(**fields: object) -> StorageSpec:
@@ -112,7 +106,7 @@ def storage_spec(**fields: object) -> StorageSpec:
     try:
         return StorageSpec.model_validate(fields)
     except pydantic.ValidationError as exc:
-        raise OptlayoutError(describe_validation_error(exc, "storage")) from None
+        raise InputError(describe_validation_error(exc, "storage")) from None
 
 
 @dataclass(frozen=True)
@@ -125,20 +119,24 @@ class CheckpointState:
     resident_bytes_per_gpu: float  # weights + optimizer state the fullest GPU holds (async staging copy)
 
 
-def checkpoint_state(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int) -> CheckpointState:
-    """Bytes a checkpoint of `layout` writes, and how they spread over nodes and GPUs (see module docstring)."""
-    counts = stage_layer_counts(model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+def checkpoint_state(
+    model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int, stage_param_count: Sequence[float] | None = None
+) -> CheckpointState:
+    """Bytes a checkpoint of `layout` writes, and how they spread over nodes and GPUs (see module docstring).
+    `stage_param_count`: the parameters one GPU of each stage holds, as the memory model computed them."""
+    counts = stage_split(layout, model.layers)
+    held_per_stage = param_count_per_stage(model, layout) if stage_param_count is None else stage_param_count
     d = layout.dp * layout.cp
     replicas_w = 1 if layout.sharding == Sharding.fsdp else d  # ranks holding the same weight bytes
     replicas_o = d if layout.sharding == Sharding.none else 1  # ranks holding the same optimizer bytes
     per_param = job.weight_bytes_per_param + job.optimizer_bytes_per_param
     share, resident = [], 0.0  # unique bytes each rank of a stage writes; the most any GPU holds
     for i, n in enumerate(counts):
-        held = stage_params(model, layout, i, n)
+        held = held_per_stage[i]
         weights, _, optim = state_bytes_per_gpu(held, job, layout.sharding, d)
         resident = max(resident, weights + optim)
         # kv heads replicated over tp > kv_heads ranks are saved once: count each rank's share of one copy
-        own = held - n * (layer_params_per_rank(model, layout.tp) - model.layer_params / layout.tp)
+        own = held - n * (layer_param_count_per_rank(model, layout.tp) - model.layer_param_count / layout.tp)
         weights, _, optim = state_bytes_per_gpu(own, job, layout.sharding, d)
         unique_per_rank = weights / replicas_w + optim / replicas_o
         if model.tied_embeddings and layout.pp > 1 and i == layout.pp - 1:
@@ -198,22 +196,23 @@ class GoodputModel:
     failure: FailureSpec
     storage: StorageSpec
     gpus_per_node: int
-    _cache: dict[tuple, LayoutCheckpointing] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[object, ...], LayoutCheckpointing] = field(default_factory=dict, repr=False)
 
-    def estimate(self, layout: Layout) -> LayoutCheckpointing:
+    def estimate(self, layout: Layout, stage_param_count: Sequence[float] | None = None) -> LayoutCheckpointing:
+        """The layout's checkpointing; `stage_param_count` as the memory model computed them (else recomputed)."""
         key = (layout.tp, layout.pp, layout.cp, layout.dp, layout.sharding, layout.first_stage_layers,
                layout.last_stage_layers)  # fmt: skip
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._estimate(layout)
+            hit = self._cache[key] = self._estimate(layout, stage_param_count)
         return hit
 
-    def _estimate(self, layout: Layout) -> LayoutCheckpointing:
-        st = checkpoint_state(self.model, self.job, layout, self.gpus_per_node)
+    def _estimate(self, layout: Layout, stage_param_count: Sequence[float] | None) -> LayoutCheckpointing:
+        st = checkpoint_state(self.model, self.job, layout, self.gpus_per_node, stage_param_count)
         s = self.storage
-        write_s = st.unique_bytes / s.write_Bps
-        if s.per_node_write_Bps is not None:
-            write_s = max(write_s, st.largest_node_bytes / s.per_node_write_Bps)
+        largest = st.largest_node_bytes if s.per_node_write_Bps is not None else None
+        write_s = rel.checkpoint_write_s(st.unique_bytes, s.write_Bps, s.per_node_write_Bps,
+                                         largest_node_bytes=largest)  # fmt: skip
         staged = st.resident_bytes_per_gpu if s.asynchronous else 0.0
         blocking_s = staged / s.d2h_Bps if s.asynchronous else write_s
         lag_s = write_s if s.asynchronous else 0.0
@@ -224,7 +223,7 @@ class GoodputModel:
             cp = rel.plan_checkpointing(mtbf_s, blocking_s, self.failure.restart_s, self.failure.method, lag_s)
         except OptlayoutError as exc:
             return LayoutCheckpointing(effective_time_fraction=0.0, interval_s=None, lost_per_failure_s=None,
-                                       problem=str(exc), **common)  # type: ignore[arg-type]  # fmt: skip
+                                       problem=str(exc), **common)  # fmt: skip
         problem = None
         if cp.effective_time_fraction <= 0:
             problem = (
@@ -237,36 +236,5 @@ class GoodputModel:
             interval_s=cp.interval_s,
             lost_per_failure_s=cp.lost_per_failure_s,
             problem=problem,
-            **common,  # type: ignore[arg-type]
+            **common,
         )
-
-
-# --- stragglers ---------------------------------------------------------------------------------------
-
-
-def check_straggler(slowdown: float) -> float:
-    """A straggler slowdown is a fraction >= 0 (0.02 = the slowest rank is 2% slower)."""
-    value = float(slowdown)
-    if not math.isfinite(value) or value < 0:
-        raise OptlayoutError(f"straggler slowdown must be a finite fraction >= 0 (0.02 = 2% slower), got {value:g}")
-    return value
-
-
-class StragglerPrediction(BaseModel):
-    """The prediction with the slowest rank s slower: step x (1 + s), throughput and MFU / (1 + s)."""
-
-    slowdown: float
-    step_time_s: float
-    tokens_per_s_per_gpu: float
-    mfu: float
-
-
-def with_straggler(prediction: Prediction, slowdown: float) -> StragglerPrediction:
-    factor = 1.0 + check_straggler(slowdown)
-    step = rel.straggler_step_time_s(prediction.step_time_s, factor)
-    return StragglerPrediction(
-        slowdown=slowdown,
-        step_time_s=step,
-        tokens_per_s_per_gpu=prediction.tokens_per_s_per_gpu / factor,
-        mfu=prediction.mfu / factor,
-    )

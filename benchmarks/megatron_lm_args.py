@@ -1,0 +1,165 @@
+"""The emitted Megatron flags fed to Megatron-LM's own `parse_args` + `validate_args` (not a test: it needs a
+Megatron-LM checkout, which is not in this repository, nor in the pip package, which ships megatron-core only).
+
+Reproduce:  python benchmarks/megatron_lm_args.py --megatron-lm PATH [--sample 40] [--write]
+PATH is a Megatron-LM checkout (or its git directory: `megatron/` of HEAD is exported to a temporary folder),
+run in the `launchers` extra's environment (torch, triton, megatron-core's dependencies). Two shims, both
+outside Megatron-LM: `typing.override` on Python 3.11 (Megatron-LM main needs 3.12 for that decorator only),
+and `get_device_arch_version() = 9` (validate_args asks the GPU; this answers as an H100).
+
+For the test plans (tests/launcher_plans.py) and a random sample of every model's legal layouts that
+`megatron_args` emits, Megatron must accept the flags and its parsed arguments must carry the plan: the
+degrees (data-parallel size derived from WORLD_SIZE), virtual stages, batch, model shape, RoPE, dropout and
+the gradient accumulation dtype the memory model counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import typing
+from pathlib import Path
+
+from _results import publish
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from optlayout.emit import megatron_args  # noqa: E402
+from optlayout.errors import OptlayoutError  # noqa: E402
+from optlayout.presets import model_preset  # noqa: E402
+from optlayout.solver.space import SpaceOptions, enumerate_layouts  # noqa: E402
+from optlayout.specs import JobSpec  # noqa: E402
+from tests.launcher_plans import PLANS  # noqa: E402
+
+MODELS = (("llama3.1-8b", 8192, 64), ("llama3.1-70b", 8192, 256), ("llama3.1-405b", 8192, 2048),
+          ("gpt3-175b", 2048, 1024), ("qwen2.5-72b", 4096, 512))  # fmt: skip
+
+
+def megatron_source(path: Path) -> Path:
+    """A folder holding `megatron/` of the checkout (exported from HEAD when PATH is a git directory)."""
+    if (path / "megatron" / "training" / "arguments.py").is_file():
+        return path
+    out = Path(tempfile.mkdtemp(prefix="megatron-lm-"))
+    archive = subprocess.run(
+        ["git", "--git-dir", str(path), "archive", "HEAD", "megatron"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
+def load_parser(source: Path):
+    if not hasattr(typing, "override"):
+        typing.override = lambda f: f  # type: ignore[attr-defined]
+    sys.path.insert(0, str(source))
+    import megatron.training.arguments as arguments
+
+    arguments.get_device_arch_version = lambda: 9
+    return arguments
+
+
+def cases(sample: int, seed: int) -> list[tuple[str, object, JobSpec, object]]:
+    out = [(p.name, p.spec, p.job, p.lay) for p in PLANS if "megatron" not in p.refused]
+    rng = random.Random(seed)
+    for name, seq, gpus in MODELS:
+        model, job = model_preset(name), JobSpec(seq_len=seq, global_batch=gpus // 2 if gpus > 64 else 128)
+        emitted = []
+        for layout in enumerate_layouts(model, job, gpus, 8, SpaceOptions()):
+            try:
+                megatron_args(model, job, layout)
+            except OptlayoutError:
+                continue
+            emitted.append(layout)
+        for layout in rng.sample(emitted, min(sample, len(emitted))):
+            out.append((f"{name} {layout.short()}", model, job, layout))
+    return out
+
+
+def check(arguments, model, job, layout) -> list[str]:
+    """Parse and validate; return the fields where Megatron's arguments differ from the plan."""
+    args = megatron_args(model, job, layout)
+    os.environ["WORLD_SIZE"], os.environ["RANK"] = str(layout.gpus), "0"
+    # the environment megatron_notes prescribes: one connection, except under FSDP (which needs more)
+    if layout.sharding.value in ("zero2", "fsdp"):
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    else:
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    sys.argv = ["pretrain_gpt.py", *args, "--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        parsed = arguments.parse_args()
+        arguments.validate_args(parsed)
+    want = {
+        "tensor_model_parallel_size": layout.tp,
+        "pipeline_model_parallel_size": layout.pp,
+        "context_parallel_size": layout.cp,
+        "data_parallel_size": layout.dp,
+        "micro_batch_size": layout.micro_batch,
+        "global_batch_size": layout.global_batch,
+        "seq_length": job.seq_len,
+        "num_layers": model.layers,
+        "hidden_size": model.hidden,
+        "ffn_hidden_size": model.ffn,
+        "num_attention_heads": model.heads,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "accumulate_allreduce_grads_in_fp32": job.grad_bytes_per_param == 4,
+        "sequence_parallel": layout.sequence_parallel,
+        "use_distributed_optimizer": layout.sharding.value != "none",
+    }
+    if not model.position_embeddings:
+        want["rotary_base"] = int(model.rope_theta)
+        want["use_rope_scaling"] = model.rope_scaling is not None
+    if "--pipeline-model-parallel-layout" not in args:
+        want["virtual_pipeline_model_parallel_size"] = layout.vp if layout.vp > 1 else None
+    return [f"{k}={getattr(parsed, k, None)!r} (plan {v!r})" for k, v in want.items() if getattr(parsed, k, None) != v]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megatron-lm", type=Path, required=True, help="Megatron-LM checkout or git directory")
+    parser.add_argument("--sample", type=int, default=20, help="random emitted layouts per model")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
+    opts = parser.parse_args()
+    source = megatron_source(opts.megatron_lm)
+    commit = subprocess.run(["git", "--git-dir", str(opts.megatron_lm), "log", "-1", "--format=%h %cs"],
+                            capture_output=True, text=True).stdout.strip() or "working tree"  # fmt: skip
+    arguments = load_parser(source)
+    accepted, mismatched, refused = 0, [], []
+    todo = cases(opts.sample, opts.seed)
+    for label, model, job, layout in todo:
+        try:
+            diff = check(arguments, model, job, layout)
+        except (AssertionError, SystemExit, ValueError, RuntimeError) as exc:
+            refused.append(f"{label}: {type(exc).__name__} {str(exc)[:200]}")
+            continue
+        if diff:
+            mismatched.append(f"{label}: {'; '.join(diff)}")
+        else:
+            accepted += 1
+    import torch
+
+    lines = [
+        f"Megatron-LM {commit}, `parse_args` + `validate_args` on CPU (shims: typing.override, GPU arch 9); "
+        f"`python benchmarks/megatron_lm_args.py --megatron-lm PATH --sample {opts.sample} --seed {opts.seed}`; "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
+        "",
+        f"- {len(todo)} emitted flag sets ({len(PLANS)} test plans less those Megatron refuses by rule, and "
+        f"{opts.sample} random emitted layouts of each of {', '.join(m for m, _, _ in MODELS)})",
+        f"- accepted with every checked value equal to the plan: {accepted}",
+        f"- accepted with a value differing from the plan: {len(mismatched)}",
+        f"- refused by Megatron: {len(refused)}",
+        *[f"  - {line}" for line in mismatched + refused],
+    ]
+    publish("megatron_lm_args", "Megatron flags through Megatron-LM's own parser", "\n".join(lines), opts.write)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Megatron-Bridge recipe overrides: the Hydra `key=value` lines NeMo users append to a recipe run.
+
+Targets megatron-bridge 0.3.1 (the release on PyPI, on megatron-core 0.16): `torchrun ... scripts/training/
+run_recipe.py --recipe llama31_70b_pretrain_config $(cat overrides.txt)`, applied by `process_config_with_overrides`
+to the recipe's `ConfigContainer` in struct mode (an unknown key is an error). The sections are the
+container's: `model` (the GPT provider, a megatron-core `TransformerConfig`), `train`, `dataset`, `ddp`,
+`optimizer`, `mixed_precision`, `comm_overlap`. NVIDIA publishes its recipes this way, starting from a recipe
+per model, so the plan's model must be one that has a recipe (`BRIDGE_RECIPES`).
+
+The memory-relevant keys realize the memory model's assumptions: dropout off, gradient buffers of the planned
+width (`mixed_precision.grad_reduce_in_fp32`, which Bridge copies onto `ddp` at setup; recipes that name
+their mixed precision by string keep `bf16_mixed`'s fp32 gradients, so a 16-bit-gradient plan is refused
+for them), recompute as planned, no offloading, and TP communication overlap off as the cost model assumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
+from optlayout.emit.megatron import megatron_problems, pipeline_layout_string
+from optlayout.errors import UnsupportedError
+from optlayout.layout.text import format_layout
+from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, RopeScaling, Sharding
+
+BRIDGE_VERSION = "0.3.1"
+_WHO = "megatron-bridge"
+_STRATEGY = {Sharding.zero2: "optim_grads", Sharding.fsdp: "optim_grads_params"}
+
+
+@dataclass(frozen=True)
+class BridgeRecipe:
+    """A pretraining recipe of `megatron/bridge/recipes/llama/llama3.py` and what it sets that matters here."""
+
+    name: str
+    shape: tuple[int, int, int, int, int]  # layers, hidden, ffn, heads, kv_heads
+    llama31: bool  # Llama 3.1 RoPE scaling
+    mixed_precision_object: bool  # `cfg.mixed_precision = bf16_mixed()` rather than the string "bf16_mixed"
+    comm_overlap: bool  # sets a CommOverlapConfig (TP overlap tuned for one layout)
+
+
+BRIDGE_RECIPES = (
+    BridgeRecipe("llama3_8b_pretrain_config", (32, 4096, 14336, 32, 8), False, False, False),
+    BridgeRecipe("llama3_70b_pretrain_config", (80, 8192, 28672, 64, 8), False, True, True),
+    BridgeRecipe("llama31_8b_pretrain_config", (32, 4096, 14336, 32, 8), True, False, False),
+    BridgeRecipe("llama31_70b_pretrain_config", (80, 8192, 28672, 64, 8), True, True, True),
+    BridgeRecipe("llama31_405b_pretrain_config", (126, 16384, 53248, 128, 8), True, True, True),
+)
+
+
+def bridge_recipe(model: ModelSpec) -> BridgeRecipe:
+    """The recipe whose model is this one (Llama 3 / 3.1 shapes, vocabulary 128256, RoPE base 500000)."""
+    shape = (model.layers, model.hidden, model.ffn, model.heads, model.kv_heads)
+    llama = model.vocab == 128256 and model.rope_theta == 500000 and model.mlp == "swiglu" and not model.bias
+    scaling = None if model.rope_scaling is None else model.rope_scaling == RopeScaling()
+    for recipe in BRIDGE_RECIPES:
+        if llama and recipe.shape == shape and scaling in (None, True) and recipe.llama31 == bool(scaling):
+            return recipe
+    raise UnsupportedError(
+        f"{_WHO}: no megatron-bridge {BRIDGE_VERSION} pretraining recipe builds {model.name} (recipes: "
+        f"{', '.join(r.name for r in BRIDGE_RECIPES)})"
+    )
+
+
+def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> list[str]:
+    """The `section.key=value` overrides, in section order; Megatron's own rules are checked first."""
+    problems = megatron_problems(model, job, layout, gpus_per_node)
+    if problems:
+        raise UnsupportedError("; ".join(p.replace("megatron", _WHO, 1) for p in problems))
+    recipe = bridge_recipe(model)
+    global_batch(job, layout, _WHO)
+    node_count(layout, gpus_per_node, _WHO)
+    grads = gradient_dtype(job, _WHO)
+    if grads != "fp32" and not recipe.mixed_precision_object:
+        raise UnsupportedError(
+            f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed' (fp32 gradient reduction), which an "
+            "override cannot change: plan with 4-byte gradients"
+        )
+    tp, pp, vp = layout.tp, layout.pp, layout.vp
+    out = [
+        f"model.tensor_model_parallel_size={tp}",
+        f"model.pipeline_model_parallel_size={pp}",
+        f"model.virtual_pipeline_model_parallel_size={vp if vp > 1 else 'null'}",
+        f"model.context_parallel_size={layout.cp}",
+        f"model.sequence_parallel={_bool(layout.sequence_parallel)}",
+    ]
+    counts = stage_layers(model, layout, _WHO)
+    if len(set(counts)) > 1:
+        if vp > 1 and any(n % vp for n in counts):
+            out.append(f"model.pipeline_model_parallel_layout='{pipeline_layout_string(counts, vp)}'")
+        else:
+            out += [
+                f"model.num_layers_in_first_pipeline_stage={counts[0]}",
+                f"model.num_layers_in_last_pipeline_stage={counts[-1]}",
+            ]
+    out += _recompute(layout)
+    dropout = "0.1" if job.dropout else "0.0"
+    out += [
+        f"model.attention_dropout={dropout}",
+        f"model.hidden_dropout={dropout}",
+        f"model.seq_length={job.seq_len}",
+        f"dataset.sequence_length={job.seq_len}",
+        f"train.micro_batch_size={layout.micro_batch}",
+        f"train.global_batch_size={layout.global_batch}",
+    ]
+    distributed = layout.sharding is not Sharding.none
+    fsdp = layout.sharding in _STRATEGY
+    out += [
+        f"ddp.use_distributed_optimizer={_bool(distributed)}",
+        f"optimizer.use_distributed_optimizer={_bool(distributed)}",
+        f"ddp.use_megatron_fsdp={_bool(fsdp)}",
+        f"ddp.data_parallel_sharding_strategy={_STRATEGY.get(layout.sharding, 'no_shard')}",
+        f"ddp.overlap_grad_reduce={_bool(layout.dp > 1)}",
+        f"ddp.overlap_param_gather={_bool(layout.dp > 1 and distributed)}",
+    ]
+    if recipe.mixed_precision_object:
+        out.append(f"mixed_precision.grad_reduce_in_fp32={_bool(grads == 'fp32')}")
+        if job.precision == "fp8":
+            out.append("mixed_precision.fp8=hybrid")
+    elif job.precision != "bf16":
+        raise UnsupportedError(f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed'; precision must be bf16")
+    if recipe.comm_overlap:
+        out.append("comm_overlap.tp_comm_overlap=false")
+    return out
+
+
+def _recompute(layout: Layout) -> list[str]:
+    if layout.recompute is Recompute.selective:
+        return [
+            "model.recompute_granularity=selective",
+            "model.recompute_method=null",
+            "model.recompute_modules=[core_attn]",
+        ]
+    if layout.recompute is Recompute.full:
+        return ["model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"]
+    return ["model.recompute_granularity=null"]
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def bridge_text(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> str:
+    """One override per line: `run_recipe.py --recipe NAME $(cat overrides.txt)` passes them unchanged (Hydra,
+    not the shell, reads the quotes of a pipeline layout string)."""
+    return "\n".join(bridge_overrides(model, job, layout, gpus_per_node)) + "\n"
+
+
+def bridge_notes(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> list[str]:
+    """The recipe to start from and the launch command."""
+    overrides = bridge_overrides(model, job, layout, gpus_per_node)
+    recipe = bridge_recipe(model)
+    nodes, per_node = node_count(layout, gpus_per_node, _WHO)
+    grads = next((o.split("=")[1] for o in overrides if o.startswith("mixed_precision.grad_reduce_in_fp32")), "true")
+    return [
+        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.precision}; megatron-bridge "
+        f"{BRIDGE_VERSION}",
+        f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
+        f"--master-addr $MASTER_ADDR scripts/training/run_recipe.py --recipe {recipe.name} $(cat overrides.txt)",
+        "the recipe reads the model from its Hugging Face config (AutoBridge.from_hf_pretrained) and trains on mock "
+        "data with a NullTokenizer until you set dataset.blend and the tokenizer",
+        f"memory as planned: {'fp32' if grads == 'true' else '16-bit'} gradient buffers, dropout "
+        f"{'0.1' if job.dropout else 'off'}, recompute {layout.recompute.value}, no offloading",
+    ]

@@ -1,0 +1,96 @@
+"""The `Layout` model: how one training job is laid out over the GPUs. Each field is an axis (`Axis`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from math import prod
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from optlayout.layout.axes import Axis, declared_axes
+from optlayout.layout.rules import field_conflicts
+
+
+class Sharding(StrEnum):
+    """How training state is sharded over the data-parallel group."""
+
+    none = "none"  # plain DDP: every DP rank keeps all of its stage's state
+    zero1 = "zero1"  # optimizer state sharded (Megatron distributed optimizer)
+    zero2 = "zero2"  # + gradients sharded
+    fsdp = "fsdp"  # + weights sharded (ZeRO-3)
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022)."""
+
+    none = "none"
+    selective = "selective"  # attention core recomputed
+    full = "full"  # whole layer recomputed; only its input is kept
+
+
+class Layout(BaseModel):
+    """How one training job is laid out over the GPUs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: Annotated[
+        PositiveInt, Axis("tp", "tensor-parallel degree", grid=True, splits_model=True, checkpoint="reshards")
+    ] = 1
+    pp: Annotated[PositiveInt, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")] = 1
+    vp: Annotated[
+        PositiveInt,
+        Axis("vp", "virtual stages per pipeline rank", splits_model=True, shown="not_default", checkpoint="reshards"),
+    ] = 1
+    cp: Annotated[
+        PositiveInt,
+        Axis("cp", "context-parallel degree", grid=True, splits_model=True, checkpoint="reshards_if_sharded"),
+    ] = 1
+    dp: Annotated[PositiveInt, Axis("dp", "data-parallel degree", grid=True, checkpoint="reshards_if_sharded")] = 1
+    micro_batch: Annotated[PositiveInt, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
+    grad_accum: Annotated[PositiveInt, Axis("ga", "micro-batches per step", label="grad accum")] = 1
+    sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = Sharding.none
+    recompute: Annotated[Recompute, Axis("recompute", "activation recomputation")] = Recompute.none
+    sequence_parallel: Annotated[
+        bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")
+    ] = False
+    first_stage_layers: Annotated[
+        int | None,
+        Field(ge=1, description="layers on the first pipeline stage (uneven split)"),
+        Axis("first", "layers on the first stage", searched=False, shown="not_default", checkpoint="reshards"),
+    ] = None
+    last_stage_layers: Annotated[
+        int | None,
+        Field(ge=1, description="layers on the last pipeline stage (uneven split)"),
+        Axis("last", "layers on the last stage", searched=False, shown="not_default", checkpoint="reshards"),
+    ] = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Layout:
+        problems = field_conflicts(self.model_dump())
+        if problems:
+            raise ValueError(problems[0])
+        return self
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the layout uses: the product of its rank-grid degrees."""
+        return prod(getattr(self, a.name) for a in GRID_AXES)
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.grad_accum * self.dp
+
+    def short(self) -> str:
+        """Compact one-line form, also accepted by `parse_layout`."""
+        from optlayout.layout.text import format_layout
+
+        return format_layout(self)
+
+
+AXES = declared_axes(Layout)
+"""Every axis of a layout, in field order."""
+GRID_AXES = tuple(a for a in AXES if a.grid)
+"""The rank-grid axes (their degrees multiply the GPUs), in field order: tp, pp, cp, dp."""
+SEARCHED_AXES = tuple(a for a in AXES if a.searched)
+"""The axes the space enumerates and pins name."""

@@ -1,0 +1,51 @@
+"""The one-line layout text (`tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,recompute=selective,sp`) both ways."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+
+from optlayout.errors import InputError, describe_validation_error
+from optlayout.layout.axes import Axis
+from optlayout.layout.model import AXES, Layout
+
+KEYS: dict[str, Axis] = {key: axis for axis in AXES for key in axis.keys}
+"""Every accepted spelling -> its axis."""
+
+
+def parse_layout(text: str) -> Layout:
+    """Parse the form written by `format_layout`; errors are one line naming the key."""
+    fields: dict[str, Any] = {}
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise InputError(f"layout: expected key=value pairs such as 'tp=8,pp=4,dp=2', got {text!r}")
+    for part in parts:
+        key, sep, raw = (s.strip() for s in part.partition("="))
+        axis = KEYS.get(key.lower())
+        if axis is None:
+            raise InputError(f"layout: unknown key {key!r} (known: {', '.join(KEYS)})")
+        if axis.name in fields:
+            raise InputError(f"layout: key {key!r} given twice")
+        if not sep and axis.kind is not bool:
+            raise InputError(f"layout: key {key!r} needs a value ({key}=...)")
+        try:
+            fields[axis.name] = axis.parse(raw if sep else "true")
+        except ValueError as exc:
+            raise InputError(f"layout: {key} {exc} (got {raw!r})") from None
+    try:
+        return Layout(**fields)
+    except pydantic.ValidationError as exc:
+        raise InputError(describe_validation_error(exc, "layout")) from None
+
+
+def format_layout(layout: Layout) -> str:
+    """The compact form, which `parse_layout` reads back: `parse_layout(format_layout(x)) == x`."""
+    return ",".join(t for a in AXES if (t := a.text(getattr(layout, a.name))) is not None)
+
+
+def axis_key(part: str) -> str:
+    """The field an item of layout text (`mb=2`, `sp`) names; the item's own key when it names none."""
+    key = part.partition("=")[0].strip().lower()
+    axis = KEYS.get(key)
+    return axis.name if axis is not None else key

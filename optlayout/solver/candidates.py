@@ -1,0 +1,358 @@
+"""Cost tables: every legal layout with its prediction from the one cost model, and an exact total order.
+
+The order is what both the CP-SAT model and the oracle optimize: cluster throughput first (tokens/s
+over all GPUs, so idle GPUs count against a layout), then the simpler layout, then a fixed field order,
+so the same input always gives the same answer. Under the goodput objective the throughput is multiplied
+by each layout's effective time fraction (`optlayout.conditions.goodput`) inside the candidate, before any order is
+taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ranks by goodput alike.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from optlayout.cost import (
+    DEFAULT_PARAMS,
+    CostParams,
+    Evaluation,
+    GroupLinks,
+    MemoryBreakdown,
+    Prediction,
+    TimeBreakdown,
+    evaluate,
+    group_links,
+)
+from optlayout.cost.comm import LinkSource
+from optlayout.cost.memory import memory_per_gpu, stage_shape, state_bytes_per_gpu
+from optlayout.cost.step import step_time
+from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
+from optlayout.solver.space import LayoutGroup
+from optlayout.specs import GpuSpec, JobSpec, ModelSpec
+from optlayout.timings import PhaseClock
+
+if TYPE_CHECKING:
+    from optlayout.conditions.goodput import GoodputModel, LayoutCheckpointing
+
+_SHARDING_ORDER = {s: i for i, s in enumerate(Sharding)}
+_SHARDED_FIRST = {s: (s == Sharding.none, i) for i, s in enumerate(Sharding)}
+_RECOMPUTE_ORDER = {r: i for i, r in enumerate(Recompute)}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A legal layout and what the cost model says of it (the full Prediction is built on demand).
+
+    With the goodput objective, `checkpointing` holds the layout's checkpoint cost and effective time
+    fraction, and the throughput every order uses is the goodput (throughput x that fraction)."""
+
+    layout: Layout
+    evaluation: Evaluation
+    context: tuple[ModelSpec, JobSpec, GpuSpec]
+    checkpointing: LayoutCheckpointing | None = None
+
+    @cached_property
+    def prediction(self) -> Prediction:
+        return self.evaluation.prediction(*self.context)
+
+    @cached_property
+    def cluster_tokens_per_s(self) -> float:
+        """What the solver maximizes: tokens/s over all GPUs, x the effective time fraction under goodput."""
+        tokens = self.evaluation.tokens_per_s_per_gpu * self.layout.gpus
+        return tokens if self.checkpointing is None else tokens * self.checkpointing.effective_time_fraction
+
+
+_IDENTITY = tuple(a.name for a in AXES if a.name != "grad_accum")
+_MODEL_SPLITS = tuple(a.name for a in AXES if a.splits_model)
+_ALL_BUT_MICRO_BATCH = tuple(a.name for a in AXES if a.name != "micro_batch")
+
+
+def layout_identity(layout: Layout) -> tuple[object, ...]:
+    """What makes two layouts distinct in a top-K: every axis but the accumulation, which within batch
+    bounds is chosen for each layout (a layout with one micro-batch fewer is not a different layout)."""
+    return tuple(getattr(layout, f) for f in _IDENTITY)
+
+
+def grid_key(layout: Layout) -> tuple[int, ...]:
+    """The rank-grid degrees: what a layout's group links depend on."""
+    return tuple(getattr(layout, a.name) for a in GRID_AXES)
+
+
+def state_key(layout: Layout) -> tuple[object, ...]:
+    """What the training state per GPU depends on: the stage split, tp, the shard group dp x cp, sharding."""
+    return (layout.tp, layout.pp, layout.dp * layout.cp, layout.sharding, layout.first_stage_layers,
+            layout.last_stage_layers)  # fmt: skip
+
+
+def simplicity_key(layout: Layout) -> tuple[object, ...]:
+    """Fewer parallel dimensions and less machinery first; then a fixed field order."""
+    used = sum(getattr(layout, name) > 1 for name in _MODEL_SPLITS)
+    return (
+        used,
+        _SHARDING_ORDER[layout.sharding],
+        _RECOMPUTE_ORDER[layout.recompute],
+        layout.sequence_parallel,
+        layout.tp,
+        layout.pp,
+        layout.vp,
+        layout.cp,
+        -layout.micro_batch,
+        layout.grad_accum,
+        layout.dp,
+    )
+
+
+def rank_key(candidate: Candidate, throughput_scale: float) -> tuple[object, ...]:
+    """Sort key: best first. Throughput is compared at the same integer resolution the CP-SAT model uses."""
+    return (-scaled_throughput(candidate, throughput_scale), simplicity_key(candidate.layout))
+
+
+MIB = 2**20
+
+
+def memory_mib(memory_bytes: float) -> int:
+    """Memory in whole MiB, rounded up: the unit of the `memory_fits` constraint."""
+    return int(-(-memory_bytes // MIB))
+
+
+THROUGHPUT_RESOLUTION = 1_000_000  # objective units per best-candidate throughput: 1e-6 relative resolution
+
+
+def scaled_throughput(candidate: Candidate, throughput_scale: float) -> int:
+    """Cluster tokens/s as an integer, `THROUGHPUT_RESOLUTION` for the fastest candidate."""
+    return round(candidate.cluster_tokens_per_s * throughput_scale)
+
+
+def throughput_scale(candidates: list[Candidate]) -> float:
+    best = max((c.cluster_tokens_per_s for c in candidates), default=1.0)
+    return THROUGHPUT_RESOLUTION / best if best > 0 else 1.0
+
+
+class CostTable:
+    """Evaluates layouts with the cost model, sharing group links and per-layer times across layouts."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        job: JobSpec,
+        gpu: GpuSpec,
+        topology: LinkSource,
+        params: CostParams = DEFAULT_PARAMS,
+        goodput: GoodputModel | None = None,
+    ) -> None:
+        self.model, self.job, self.gpu, self.topology, self.params = model, job, gpu, topology, params
+        self.goodput = goodput  # set: candidates carry their checkpointing and rank by goodput
+        self._links: dict[tuple[int, ...], GroupLinks] = {}
+        self._memo: dict[tuple[object, ...], object] = {}
+        self.cost_s = 0.0  # seconds spent in the cost model so far
+
+    def links(self, layout: Layout) -> GroupLinks:
+        """The links of the layout's groups, read once per rank grid."""
+        key = grid_key(layout)
+        links = self._links.get(key)
+        if links is None:
+            links = self._links[key] = group_links(self.topology, layout)
+        return links
+
+    def candidate(self, layout: Layout) -> Candidate:
+        started = time.perf_counter()
+        links = self.links(layout)
+        ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
+        ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
+        self.cost_s += time.perf_counter() - started
+        return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
+
+    def memory(self, layout: Layout) -> MemoryBreakdown:
+        """The memory per GPU of `layout` alone, the same `evaluate` finds (a diagnosis needs no step time)."""
+        started = time.perf_counter()
+        memory = memory_per_gpu(self.model, self.job, layout, self.params, self._memo)
+        self.cost_s += time.perf_counter() - started
+        return memory
+
+    def times(self, layout: Layout) -> TimeBreakdown:
+        """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
+        started = time.perf_counter()
+        param_count_on_gpu = max(stage_shape(self.model, layout, self._memo)[1])
+        times = step_time(self.model, self.job, layout, self.gpu, self.links(layout), self.params,
+                          param_count_on_gpu, self._memo)  # fmt: skip
+        self.cost_s += time.perf_counter() - started
+        return times
+
+    def predict(self, layout: Layout) -> Prediction:
+        return self.candidate(layout).prediction
+
+    def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
+        """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
+        recomputation and schedule of the same degrees and sharding (activations only add)."""
+        param_count_on_gpu = max(stage_shape(self.model, layout, self._memo)[1])
+        state = sum(state_bytes_per_gpu(param_count_on_gpu, self.job, layout.sharding, layout.dp * layout.cp))
+        return state + self.params.runtime_reserve_bytes <= capacity_bytes
+
+    def throughput_bound(self, group: LayoutGroup) -> float:
+        """An upper bound on the cluster tokens/s of every layout of the group: the `variant_bound` of its
+        cheapest variant, each term of which recomputation and the lack of sequence parallelism only raise
+        (and sharding changes none, but the optimizer step, which it only lowers); goodput only lowers the
+        throughput."""
+        cheapest = group.cheapest_variant()
+        return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
+
+    def evaluated_candidates(
+        self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None, clock: PhaseClock | None = None
+    ) -> tuple[list[Candidate], int]:
+        """Evaluate the layouts, skipping those proven unable to be in the top k without evaluating them:
+        (1) the state alone overflows (it depends on tp, pp, dp x cp and sharding only); (2) a smaller
+        micro-batch of the same layout already overflowed (activations grow with the micro-batch: per layer
+        linearly, and the in-flight count mb x min(warm-up, ga x v) with ga = batch / (mb x dp) never falls);
+        (3) with `k`, branch and bound: groups (layouts sharing all but sharding, recomputation and sequence
+        parallelism) are taken best `throughput_bound` first, and the walk stops once a group's bound falls
+        below the k-th best feasible layout found (with a margin for the objective's integer rounding);
+        inside a group, once one layout of a (recomputation, sequence parallelism) variant is evaluated, its
+        `variant_bound` holds for the variant's other shardings, which are skipped when it falls below that
+        k-th best. Returns the evaluated candidates (some may not fit) and the number of legal layouts.
+        `clock` gets the time spent walking the space (enumeration), in the cost model (cost_tables) and the
+        rest (reductions)."""
+        started = time.perf_counter()
+        cost_before_s = self.cost_s
+        groups = list(groups)
+        enumerating_s = time.perf_counter() - started
+        seen = sum(len(g) for g in groups)
+        ordered: list[tuple[float, LayoutGroup]] = [(math.inf, g) for g in groups]
+        if k is not None:
+            ordered = sorted(((self.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
+        # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
+        margin = 2.0 * (ordered[0][0] if ordered and k is not None else 0.0) / THROUGHPUT_RESOLUTION
+        kth = _KthBest(k)
+        state_ok: dict[tuple[object, ...], bool] = {}
+        overflow_mb: dict[tuple[object, ...], int] = {}
+        out: list[Candidate] = []
+        capacity_bytes = limits.memory_capacity_bytes
+        capacity_mib = int(capacity_bytes // MIB)
+        for bound, group in ordered:
+            threshold = kth.value() - margin  # fixed for the group: it only rises, so an older one is safe
+            if bound < threshold:
+                break  # every remaining group is bounded below the k-th best: none can enter the top k
+            state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
+            for recompute, sp in group.variants():
+                for sharding in sorted(group.shardings, key=_SHARDED_FIRST.__getitem__):  # the tighter bound first
+                    ok = state_by_sharding.get(sharding)
+                    if ok is False:
+                        continue
+                    listed = time.perf_counter()
+                    lay = group.layout(sharding, recompute, sp)
+                    enumerating_s += time.perf_counter() - listed
+                    if ok is None:
+                        skey = state_key(lay)
+                        ok = state_ok.get(skey)
+                        if ok is None:
+                            ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
+                        state_by_sharding[sharding] = ok
+                        if not ok:
+                            continue
+                    # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
+                    mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
+                    if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
+                        continue
+                    cand = self.candidate(lay)
+                    if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
+                        overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
+                    elif passes_limits(cand, limits):
+                        kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
+                    out.append(cand)
+                    if variant_bound(lay, cand.evaluation.times, self.job.seq_len) < threshold:
+                        break  # the variant's other shardings are bounded below the k-th best too
+        if clock is not None:
+            cost_s = self.cost_s - cost_before_s
+            clock.add("enumeration", enumerating_s)
+            clock.add("cost_tables", cost_s)
+            clock.add("reductions", time.perf_counter() - started - enumerating_s - cost_s)
+        return out, seen
+
+
+def variant_bound(lay: Layout, t: TimeBreakdown, seq_len: int) -> float:
+    """An upper bound on the cluster tokens/s of every sharding of the layout's degrees, recomputation and
+    sequence parallelism, from its step time `t`: the step of each is at least the layout's compute, exposed
+    TP/CP time, bubble, pipeline send/receive and fixed overhead (sharding changes none of them), plus its
+    optimizer step when the layout is sharded (any sharding divides it alike, and no sharding takes less)."""
+    floor_s = t.compute_s + t.tp_comm_s + t.cp_comm_s + t.bubble_s + t.pp_comm_s + t.overhead_s
+    if lay.sharding != Sharding.none or lay.dp * lay.cp == 1:
+        floor_s += t.optimizer_s
+    return lay.global_batch * seq_len / floor_s
+
+
+class _KthBest:
+    """The k-th best cluster tokens/s over distinct layouts (each at its best accumulation) found so far;
+    -inf until k are found, or when there is no k (every layout is wanted)."""
+
+    def __init__(self, k: int | None) -> None:
+        self.k = k
+        self.best: dict[tuple[object, ...], float] = {}
+        self._value: float | None = -math.inf
+
+    def add(self, identity: tuple[object, ...], tokens_per_s: float) -> None:
+        if tokens_per_s > self.best.get(identity, -math.inf):
+            self.best[identity] = tokens_per_s
+            # a value at or below the k-th best leaves the top k as it was (its layout was not in it either)
+            if self._value is not None and (tokens_per_s > self._value or len(self.best) <= (self.k or 0)):
+                self._value = None
+
+    def value(self) -> float:
+        if self._value is None:
+            top = heapq.nlargest(self.k, self.best.values()) if self.k is not None else []
+            self._value = top[-1] if self.k is not None and len(top) >= self.k else -math.inf
+        return self._value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Constraints applied in the model (bounds beyond those of the enumerated space)."""
+
+    memory_capacity_bytes: float
+    min_global_batch: int | None = None
+    max_global_batch: int | None = None
+    max_bubble_fraction: float | None = None
+
+
+def passes_limits(candidate: Candidate, limits: Limits) -> bool:
+    """The model's constraints checked on one candidate, in the model's own integer units."""
+    if memory_mib(candidate.evaluation.memory_per_gpu_bytes) > int(limits.memory_capacity_bytes // MIB):
+        return False
+    gb = candidate.layout.global_batch
+    if limits.min_global_batch is not None and gb < limits.min_global_batch:
+        return False
+    if limits.max_global_batch is not None and gb > limits.max_global_batch:
+        return False
+    bubble = limits.max_bubble_fraction
+    return bubble is None or round(candidate.evaluation.bubble_fraction * 1e6) <= round(bubble * 1e6)
+
+
+def top_k_skyline(candidates: list[Candidate], k: int, scale: float | None = None) -> list[Candidate]:
+    """The candidates that can be in the top k: drop those that at least `k` others beat on rank while
+    needing no more memory, with the same global batch and no larger bubble. Whatever the memory capacity,
+    batch bounds or bubble limit, such a candidate has k feasible better ones whenever it is feasible
+    itself, so it is never in the top k: the reduction is exact for the top-k CP-SAT model (which keeps
+    the memory and batch constraints). The argument holds for any rank the model and the oracle share,
+    so also for goodput, which is folded into `cluster_tokens_per_s` before ranking."""
+    scale = throughput_scale(candidates) if scale is None else scale
+    kept: list[Candidate] = []
+    by_batch: dict[int, list[tuple[int, float]]] = {}
+    for cand in sorted(candidates, key=lambda c: rank_key(c, scale)):
+        better = by_batch.setdefault(cand.layout.global_batch, [])
+        mem = memory_mib(cand.evaluation.memory_per_gpu_bytes)
+        bubble = cand.evaluation.bubble_fraction
+        dominators = 0
+        for m, b in better:
+            if m <= mem and b <= bubble:
+                dominators += 1
+                if dominators >= k:
+                    break
+        if dominators < k:
+            kept.append(cand)
+            # Only kept candidates need remembering: one dropped was beaten by k kept ones that also beat
+            # everything it beats (memory and bubble order are transitive).
+            better.append((mem, bubble))
+    return kept

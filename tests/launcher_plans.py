@@ -1,0 +1,117 @@
+"""Plans covering every axis (tp, pp with uneven stages, vp, cp, dp, each sharding, each recompute, sp, fp8),
+shared by the launcher-validation and the memory-agreement tests. Each plan lists the launchers expected to
+refuse it, with the rule they name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from optlayout.layout import parse_layout
+from optlayout.presets import model_preset
+from optlayout.specs import JobSpec, Layout, ModelSpec
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    model: str
+    layout: str
+    seq_len: int = 8192
+    precision: str = "bf16"
+    grad_bytes: float = 2.0
+    refused: dict[str, str] = field(default_factory=dict)  # launcher format -> part of its refusal
+
+    @property
+    def spec(self) -> ModelSpec:
+        return model_preset(self.model)
+
+    @property
+    def job(self) -> JobSpec:
+        return JobSpec(seq_len=self.seq_len, precision=self.precision, grad_bytes_per_param=self.grad_bytes)
+
+    @property
+    def lay(self) -> Layout:
+        return parse_layout(self.layout)
+
+    @property
+    def hostnames(self) -> list[str]:
+        return [f"node{i}" for i in range(max(1, self.lay.gpus // 8))]
+
+
+_NO_PP = "no pipeline parallelism in Accelerate"
+_DS_PP_TP = "needs Megatron-DeepSpeed's model-parallel unit"
+
+PLANS = (
+    Plan(
+        "70b-tp8-pp4-vp5-zero1-selective-sp",
+        "llama3.1-70b",
+        "tp=8,pp=4,vp=5,dp=2,mb=1,ga=16,sharding=zero1,recompute=selective,sp",
+        refused={"accelerate": _NO_PP, "deepspeed": _DS_PP_TP},
+    ),
+    Plan(
+        "405b-tp8-pp16-vp8-uneven-zero1-full-sp",
+        "llama3.1-405b",
+        "tp=8,pp=16,vp=8,dp=8,ga=16,first=7,last=7,sharding=zero1,recompute=full,sp",
+        refused={"accelerate": _NO_PP, "deepspeed": _DS_PP_TP},
+    ),
+    Plan(
+        "70b-tp8-pp4-uneven-fsdp-full-sp",
+        "llama3.1-70b",
+        "tp=8,pp=4,dp=2,ga=8,first=18,last=18,sharding=fsdp,recompute=full,sp",
+        refused={"accelerate": _NO_PP, "deepspeed": "zero_optimization.stage < 2 with pipeline parallelism"},
+    ),
+    Plan(
+        "8b-128k-tp8-cp4-fsdp-selective-sp",
+        "llama3.1-8b",
+        "tp=8,cp=4,dp=2,mb=1,ga=4,sharding=fsdp,recompute=selective,sp",
+        seq_len=131072,
+        grad_bytes=4.0,
+        refused={"deepspeed": "context parallelism (cp=4) has no DeepSpeed equivalent"},
+    ),
+    Plan("8b-ddp", "llama3.1-8b", "dp=8,mb=2,ga=4,sharding=none", refused={"megatron-bridge": "names its mixed"}),
+    Plan(
+        "8b-tp2-zero2-fp32-grads",
+        "llama3.1-8b",
+        "tp=2,dp=4,mb=1,ga=8,sharding=zero2",
+        grad_bytes=4.0,
+    ),
+    Plan(
+        "70b-tp8-dp8-none-full",
+        "llama3.1-70b",
+        "tp=8,dp=8,mb=1,ga=4,sharding=none,recompute=full",
+        refused={
+            "torchtitan@0.2.2": "v0.2.2 rule DDP with no other parallelism broken",
+            "accelerate": "tp/cp > 1 needs dp_shard_size > 1",
+        },
+    ),
+    Plan(
+        "70b-fp8-tp8-pp2-zero1-selective-sp",
+        "llama3.1-70b",
+        "tp=8,pp=2,dp=4,ga=8,sharding=zero1,recompute=selective,sp",
+        precision="fp8",
+        refused={"accelerate": _NO_PP, "deepspeed": _DS_PP_TP},
+    ),
+    Plan(
+        "70b-tp4-pp2-zero1-nosp",
+        "llama3.1-70b",
+        "tp=4,pp=2,dp=8,ga=8,sharding=zero1",
+        refused={"accelerate": _NO_PP, "deepspeed": _DS_PP_TP},
+    ),
+    Plan(
+        "8b-pp4-zero1",
+        "llama3.1-8b",
+        "pp=4,dp=2,mb=1,ga=8,sharding=zero1,recompute=full",
+        refused={"accelerate": _NO_PP, "megatron-bridge": "names its mixed"},
+    ),
+)
+
+LAUNCHERS = ("megatron", "megatron-bridge", "torchtitan@0.3.0", "torchtitan@0.2.2", "deepspeed", "accelerate")
+
+
+def emit_for(plan: Plan, launcher: str) -> str:
+    """The emitted text of `launcher` (`torchtitan@VERSION` picks the torchtitan version)."""
+    from optlayout.emit import emit
+
+    fmt, _, version = launcher.partition("@")
+    options = {"torchtitan_version": version} if version else {}
+    return emit(fmt, plan.spec, plan.job, plan.lay, 8, hostnames=plan.hostnames, **options)
