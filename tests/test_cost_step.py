@@ -170,3 +170,23 @@ def test_ring_attention_merges_each_steps_output_in_fp32() -> None:
     plain = Layout(dp=8)
     without = layer_times(model, half, plain, H100, group_links(topo, plain), DEFAULT_PARAMS).elementwise_fwd_s
     assert with_cp - without == pytest.approx(2 * 4096 * 4096 * 10 / (0.8 * 3.35e12), rel=1e-9)
+
+
+# --- NCCL latency of data-parallel collectives -----------------------------------------------------------------
+
+
+def test_nccl_latency_by_hand_rings_grow_with_ranks_and_all_reduce_takes_the_tree_at_scale() -> None:
+    """NCCL's tuning model (src/graph/tuning.cc, Simple protocol): base 8.4 us, ring steps 3.4 us on NVLink and
+    14 us on the network, tree steps 4.0 us on NVLink and 14 us on the network.
+
+    64 ranks over 8 servers: an all-gather rings 63 steps, 7 of them between servers: 8.4 + 56 x 3.4 + 7 x 14 =
+    296.8 us. An all-reduce rings twice, 126 steps with 14 between servers: 8.4 + 112 x 3.4 + 14 x 14 = 585.2 us;
+    its tree goes up and down a chain of 7 NVLink steps and log2(8) = 3 network levels: 8.4 + 2 x (7 x 4 + 3 x
+    14) = 148.4 us, faster, so NCCL takes it. Inside one server (8 ranks) the ring wins: 8.4 + 14 x 3.4 = 56 us
+    against 8.4 + 2 x 7 x 4 = 64.4 us. A 1-byte buffer leaves the latency alone."""
+    from optlayout.cost.comm import Link, all_gather_s, all_reduce_s
+
+    wide, one_server = Link(64, 1e30, 0.0, domains=8), Link(8, 1e30, 0.0, domains=1)
+    assert all_gather_s(1.0, wide, 1.0, DEFAULT_PARAMS) == pytest.approx(296.8e-6, rel=1e-9)
+    assert all_reduce_s(1.0, wide, 1.0, DEFAULT_PARAMS) == pytest.approx(148.4e-6, rel=1e-9)
+    assert all_reduce_s(1.0, one_server, 1.0, DEFAULT_PARAMS) == pytest.approx(56e-6, rel=1e-9)

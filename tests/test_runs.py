@@ -191,6 +191,14 @@ def test_calibrate_writes_a_profile_that_changes_predictions(cli, tmp_path, comp
     assert set(cv["per_source"]) == sources and len(sources) >= 2
     assert all(isinstance(v, float) and v >= 0 for v in cv["per_source"].values())
     assert profile.report["runs"] == len(_raw_runs())
+    # uncalibrated: the default constants on the layouts `compare --calibration none` fills in
+    proc = cli("compare", str(RUNS_JSONL), "--calibration", "none", "--no-rank", "--json")
+    assert proc.returncode == 0, proc.stderr
+    signed = [r["predicted_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"] - 1
+              for r in json.loads(proc.stdout)["runs"]]  # fmt: skip
+    uncalibrated = profile.report["uncalibrated"]
+    assert uncalibrated["median_signed_error"] == pytest.approx(statistics.median(signed), rel=1e-9)
+    assert uncalibrated["mape"] == pytest.approx(statistics.mean(map(abs, signed)), rel=1e-9)
 
     proc = cli("compare", str(RUNS_JSONL), "--calibration", str(profile_path), "--no-rank", "--json")
     assert proc.returncode == 0, proc.stderr

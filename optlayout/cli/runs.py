@@ -137,6 +137,7 @@ def calibrate_command(
         table.add_column(col, justify="right")
     keys = ("cross_validated_by_source", "cross_validated_by_gpu", "in_sample", "uncalibrated")
     table.add_row("all", *(f"{rep[k]['mape']:.1%}" for k in keys))
+    table.add_row("median signed error", *(f"{rep[k]['median_signed_error']:+.1%}" for k in keys))
     for source in rep["sources"]:
         table.add_row(source[:50], *(f"{rep[k]['per_source'][source]:.1%}" for k in keys))
     common.console.print(table)

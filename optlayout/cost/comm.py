@@ -3,11 +3,11 @@
 Bandwidth is the per-GPU, per-direction bandwidth the group gets from the topology graph (the links its
 collective crosses); the ring moves (n-1)/n of the buffer per GPU per pass (Patarasuk & Yuan 2009, NCCL's
 bus-bandwidth convention). Data-parallel collectives run on NCCL, whose own latency model this follows
-(src/graph/tuning.cc, the Simple protocol of large buffers): a base cost plus one step latency per ring step,
-NVLink steps inside a scale-up domain and network steps between domains, so all-gather and reduce-scatter
-(rings only) grow linearly with the ranks; all-reduce takes the faster of the ring and the tree (log2 of the
-domains), as NCCL's tuner does. Tensor-parallel collectives (overlapped GEMM + userbuffers exchange in
-Transformer Engine) pay the link latency per ring step.
+(src/graph/tuning.cc, v2.23.4 to v2.30, Simple protocol of large buffers): a base cost plus one step latency
+per ring step, NVLink steps inside a scale-up domain and network steps between domains, so all-gather and
+reduce-scatter (rings only) grow linearly with the ranks; all-reduce takes the faster of the ring and the tree
+(a chain inside each domain, log2 of the domains across), as NCCL's tuner does. Tensor-parallel collectives
+(overlapped GEMM + userbuffers exchange in Transformer Engine) pay the link latency per ring step.
 """
 
 from __future__ import annotations
@@ -87,13 +87,13 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
 
 def _ring_latency_s(link: Link, passes: int, params: CostParams | None) -> float:
     """Ring latency: (n - 1) steps per pass. With `params`, NCCL's model: its base latency, NVLink steps inside
-    a domain and (domains - 1) network steps per pass (all-reduce: 2 x domains, as NCCL counts them); without,
-    the group's link latency per step (a ring of direct copies, as Transformer Engine's userbuffers exchange)."""
+    a domain and network steps between domains, (domains - 1) per pass; without, the group's link latency per
+    step (a ring of direct copies, as Transformer Engine's userbuffers exchange)."""
     n, domains = link.size, max(1, min(link.domains, link.size))
     steps = passes * (n - 1)
     if params is None:
         return steps * link.latency_s
-    net_steps = min(steps, (domains - 1) if passes == 1 else (passes * domains if domains > 1 else 0))
+    net_steps = passes * (domains - 1)
     return (
         params.nccl_base_latency_s
         + (steps - net_steps) * params.nccl_nvlink_step_latency_s
@@ -102,9 +102,13 @@ def _ring_latency_s(link: Link, passes: int, params: CostParams | None) -> float
 
 
 def _tree_latency_s(link: Link, params: CostParams) -> float:
-    """NCCL tree all-reduce latency: up and down a chain inside each domain and a tree over the domains."""
+    """NCCL tree all-reduce latency: up and down a chain inside each domain and a tree over the domains
+    (log2 rounded down, as NCCL's log2i)."""
     n, domains = link.size, max(1, min(link.domains, link.size))
-    return 2 * (n // domains - 1 + math.log2(domains)) * params.nccl_tree_step_latency_s
+    chain, tree = n // domains - 1, domains.bit_length() - 1
+    return params.nccl_base_latency_s + 2 * (
+        chain * params.nccl_tree_nvlink_step_latency_s + tree * params.nccl_net_step_latency_s
+    )
 
 
 def all_reduce_s(buffer_bytes: float, link: Link, efficiency: float, params: CostParams | None = None) -> float:

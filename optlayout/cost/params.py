@@ -174,8 +174,8 @@ class CostParams(BaseModel):
     nccl_base_latency_s: float = Field(
         8.4e-6,
         ge=0,
-        description="fixed latency of one NCCL ring collective, Simple protocol (large buffers). Source: NCCL "
-        "src/graph/tuning.cc, baseLat[Ring][Simple] = 8.4 us.",
+        description="fixed latency of one NCCL ring or tree collective, Simple protocol (large buffers). Source: "
+        "NCCL src/graph/tuning.cc (v2.23.4 to v2.30), baseLat[Ring][Simple] = baseLat[Tree][Simple] = 8.4 us.",
     )
     nccl_nvlink_step_latency_s: float = Field(
         3.4e-6,
@@ -186,14 +186,14 @@ class CostParams(BaseModel):
     nccl_net_step_latency_s: float = Field(
         14e-6,
         ge=0,
-        description="latency of one ring step over the network, Simple protocol. Source: NCCL src/graph/tuning.cc, "
-        "hwLat[Net][Ring][Simple] = 14 us.",
+        description="latency of one ring or tree step over the network, Simple protocol. Source: NCCL "
+        "src/graph/tuning.cc (v2.23.4 to v2.30), hwLat[Net][Ring][Simple] = hwLat[Net][Tree][Simple] = 14 us.",
     )
-    nccl_tree_step_latency_s: float = Field(
-        28e-6,
+    nccl_tree_nvlink_step_latency_s: float = Field(
+        4e-6,
         ge=0,
-        description="latency of one tree step, Simple protocol (NVLink and network alike). Source: NCCL "
-        "src/graph/tuning.cc, hwLat[*][Tree][Simple] = 28 us.",
+        description="latency of one tree (chain) step over NVLink, Simple protocol. Source: NCCL src/graph/tuning.cc "
+        "(v2.23.4 to v2.30), hwLat[NVLink][Tree][Simple] = 4.0 us (28 us, and no base latency, up to v2.22).",
     )
 
     def gemm_peak_fraction(self, precision: str) -> float:
