@@ -124,8 +124,8 @@ def main() -> int:
             f"{p.prediction.tokens_per_s_per_gpu:,.0f} | {p.ape:.0%} | {p.layout.short()} | "
             f"{', '.join(f'{k}={v}' for k, v in p.filled_fields.items())} |"
         )
-    if not args.calibration:
-        lines += ["", *_cross_validation(records)]
+    if not args.calibration:  # out of sample first
+        lines = [*_cross_validation(records), "", *lines]
     text = "\n".join(lines)
     publish("accuracy", "Prediction accuracy on the published runs", text, args.write)
     return 0

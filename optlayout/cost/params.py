@@ -104,8 +104,8 @@ class CostParams(BaseModel):
     backward_elementwise_ratio: float = Field(
         2.0,
         gt=0,
-        description="backward elementwise bytes / forward (reads "
-        "the saved input and the incoming gradient, writes one gradient)",
+        description="backward elementwise bytes / forward. Source: by hand, each elementwise op's backward reads "
+        "its saved input and the incoming gradient and writes one gradient: twice the forward's read-and-write.",
     )
     attention_backward_ratio: float = Field(
         2.5, gt=0, description="FLOPs of the attention backward / forward for IO-aware kernels (Dao 2023: 2.5x)"
@@ -133,7 +133,8 @@ class CostParams(BaseModel):
         0.0,
         ge=0,
         le=1,
-        description="fraction of TP collective time hidden under GEMMs. Megatron without --tp-comm-overlap hides none.",
+        description="fraction of TP collective time hidden under GEMMs. Source: Megatron-LM's --tp-comm-overlap "
+        "(Transformer Engine userbuffers) is off by default, and without it the TP collectives block: none hidden.",
     )
     dp_comm_overlap: float = Field(
         0.9,
@@ -161,7 +162,13 @@ class CostParams(BaseModel):
     fsdp_prefetch_layers: int = Field(
         2, ge=1, description="unsharded layers alive at once under FSDP (current + prefetched next; PyTorch FSDP2)"
     )
-    step_overhead_s: float = Field(0.0, ge=0, description="fixed per-step host overhead (data loading, logging)")
+    step_overhead_s: float = Field(
+        0.0,
+        ge=0,
+        description="fixed per-step host overhead (data loading, logging). Source: none charged by default: "
+        "Megatron's and PyTorch's data loaders prefetch the next batches in worker processes while the step runs "
+        "(DataLoader num_workers, prefetch_factor); set it from a profile where the host is measured to stall.",
+    )
     dp_bucket_param_count: float = Field(
         40e6,
         gt=0,
