@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,14 +28,24 @@ class UnsupportedError(OptlayoutError):
     """Valid input that a launcher, a GPU or optlayout itself does not support."""
 
 
+SHOWN = reprlib.Repr()  # values in messages: at most 40 characters, lists of 4, two levels
+SHOWN.maxlevel, SHOWN.maxlist, SHOWN.maxtuple = 2, 4, 4
+SHOWN.maxstring = SHOWN.maxother = SHOWN.maxlong = 40
+MAX_PROBLEMS_SHOWN = 3
+
+
 def describe_validation_error(exc: pydantic.ValidationError, what: str = "") -> str:
-    """Turn a pydantic error into one line per problem, each naming the field and the value."""
+    """Turn a pydantic error into one line: each problem names the field and the value (shortened, so that
+    a huge or alias-expanded input never floods the message); past three problems, how many more."""
     parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+    errors = exc.errors()
+    for err in errors[:MAX_PROBLEMS_SHOWN]:
+        loc = ".".join(SHOWN.repr(p) if not isinstance(p, str | int) else str(p)[:40] for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
-        shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
-        parts.append(f"{loc}: {msg}{shown}")
+        shown = "" if isinstance(value, dict) or value is None else f" (got {SHOWN.repr(value)})"
+        parts.append(f"{loc or '(root)'}: {msg}{shown}")
+    if len(errors) > MAX_PROBLEMS_SHOWN:
+        parts.append(f"and {len(errors) - MAX_PROBLEMS_SHOWN} more")
     prefix = f"{what}: " if what else ""
     return prefix + "; ".join(parts)

@@ -7,10 +7,13 @@ Validation messages name the field; SI units inside (bytes, FLOP/s, bytes/s, sec
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from optlayout.inputs import limits
+from optlayout.inputs.limits import MAX_GPUS
+from optlayout.inputs.numbers import Count, NonNegativeCount, Real
 from optlayout.layout.model import Layout, Recompute, Sharding
 
 __all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding"]
@@ -23,7 +26,9 @@ HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a count given as "4096", 4096.0 or true is refused, never converted; NaN and infinity are refused.
+    # Every size is bounded (optlayout.inputs.limits) so the space, the graph and the cost model stay bounded.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class RopeScaling(_Spec):
@@ -32,7 +37,7 @@ class RopeScaling(_Spec):
     factor: float = Field(8.0, gt=0)
     low_freq_factor: float = Field(1.0, gt=0)
     high_freq_factor: float = Field(4.0, gt=0)
-    original_max_position: PositiveInt = 8192
+    original_max_position: Count = Field(8192, le=limits.MAX_POSITIONS)
 
 
 class ModelSpec(_Spec):
@@ -43,17 +48,19 @@ class ModelSpec(_Spec):
     """
 
     name: str = "custom"
-    layers: PositiveInt
-    hidden: PositiveInt
-    ffn: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt
-    vocab: PositiveInt
+    layers: Count = Field(le=limits.MAX_LAYERS)
+    hidden: Count = Field(le=limits.MAX_HIDDEN)
+    ffn: Count = Field(le=limits.MAX_FFN)
+    heads: Count = Field(le=limits.MAX_HEADS)
+    kv_heads: Count = Field(le=limits.MAX_HEADS)
+    vocab: Count = Field(le=limits.MAX_VOCAB)
     mlp: MlpKind = "swiglu"
     tied_embeddings: bool = False
-    head_dim: PositiveInt | None = None
+    head_dim: Count | None = Field(None, le=limits.MAX_HEAD_DIM)
     bias: bool = Field(False, description="linear layers and layer norms carry biases (GPT-2/3 style)")
-    position_embeddings: int = Field(0, ge=0, description="learned absolute positions (0 = rotary)")
+    position_embeddings: NonNegativeCount = Field(
+        0, le=limits.MAX_POSITIONS, description="learned absolute positions (0 = rotary)"
+    )
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base (Llama 3: 500000); unused with learned positions")
     rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling; None = plain RoPE")
     alibi: bool = Field(False, description="ALiBi attention biases instead of positions (MPT, BLOOM)")
@@ -140,10 +147,14 @@ class GpuSpec(_Spec):
         description="tensor-core generation; on hopper and blackwell, Ampere-era kernels (FlashAttention-2) run "
         "slower. 'other' (the default for a GPU built by hand) applies no such penalty",
     )
-    memory_bytes: float = Field(gt=0)
-    peak_flops: dict[Precision, float] = Field(description="dense peak FLOP/s per matrix precision")
-    hbm_bandwidth_Bps: float = Field(gt=0)
-    scale_up_bandwidth_Bps: float = Field(ge=0, description="NVLink/Infinity Fabric per GPU, per direction")
+    memory_bytes: Real = Field(gt=0, le=limits.MAX_GPU_MEMORY_BYTES)
+    peak_flops: dict[Precision, Annotated[Real, Field(ge=0, le=limits.MAX_PEAK_FLOPS)]] = Field(
+        description="dense peak FLOP/s per matrix precision"
+    )
+    hbm_bandwidth_Bps: Real = Field(gt=0, le=limits.MAX_MEMORY_BANDWIDTH_BYTES_PER_S)
+    scale_up_bandwidth_Bps: Real = Field(
+        ge=0, le=limits.MAX_LINK_BYTES_PER_S, description="NVLink/Infinity Fabric per GPU, per direction"
+    )
     source: str = ""
 
     def peak_flops_for(self, precision: str) -> float:
@@ -155,18 +166,19 @@ class GpuSpec(_Spec):
         return self.peak_flops[precision]
 
 
-MAX_GPUS = 1_048_576  # 2^20: eight times the largest published cluster, and a graph that still builds in seconds
-
-
 class ClusterSpec(_Spec):
     """The shorthand cluster of the run records; expands to the standard topology graph."""
 
     gpu: str
-    gpus: int = Field(gt=0, le=MAX_GPUS)
-    gpus_per_node: PositiveInt = 8
-    nvlink_domain: PositiveInt | None = None
-    inter_node_gbps_per_gpu: float = Field(400.0, gt=0)
-    oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription ratio")
+    gpus: Count = Field(le=MAX_GPUS)
+    gpus_per_node: Count = Field(8, le=limits.MAX_GPUS_PER_SERVER)
+    nvlink_domain: Count | None = Field(None, le=MAX_GPUS)
+    inter_node_gbps_per_gpu: Real = Field(
+        400.0, ge=limits.MIN_LINK_BYTES_PER_S * 8 / 1e9, le=limits.MAX_LINK_BYTES_PER_S * 8 / 1e9
+    )
+    oversubscription: Real = Field(
+        1.0, ge=1.0, le=limits.MAX_OVERSUBSCRIPTION, description="leaf-to-spine oversubscription ratio"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -187,18 +199,21 @@ class ClusterSpec(_Spec):
 class JobSpec(_Spec):
     """What is trained: sequence length, batch and numerics."""
 
-    seq_len: PositiveInt
-    global_batch: PositiveInt | None = Field(None, description="sequences per optimizer step")
-    global_batch_tokens: PositiveInt | None = None
-    min_global_batch: PositiveInt | None = None
-    max_global_batch: PositiveInt | None = None
+    seq_len: Count = Field(le=limits.MAX_SEQ_LEN)
+    global_batch: Count | None = Field(None, le=limits.MAX_GLOBAL_BATCH, description="sequences per optimizer step")
+    global_batch_tokens: Count | None = Field(None, le=limits.MAX_GLOBAL_BATCH_TOKENS)
+    min_global_batch: Count | None = Field(None, le=limits.MAX_GLOBAL_BATCH)
+    max_global_batch: Count | None = Field(None, le=limits.MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
-    optimizer_bytes_per_param: float = Field(
-        12.0, ge=0, description="fp32 master weights, momentum, variance (mixed-precision Adam)"
+    optimizer_bytes_per_param: Real = Field(
+        12.0,
+        ge=0,
+        le=limits.MAX_BYTES_PER_PARAM,
+        description="fp32 master weights, momentum, variance (mixed-precision Adam)",
     )
-    weight_bytes_per_param: float = Field(2.0, gt=0, description="bf16 working weights")
-    grad_bytes_per_param: float = Field(2.0, gt=0, description="bf16 gradients")
-    memory_headroom: float = Field(0.05, ge=0, lt=1, description="fraction of GPU memory kept free")
+    weight_bytes_per_param: Real = Field(2.0, gt=0, le=limits.MAX_BYTES_PER_PARAM, description="bf16 working weights")
+    grad_bytes_per_param: Real = Field(2.0, gt=0, le=limits.MAX_BYTES_PER_PARAM, description="bf16 gradients")
+    memory_headroom: Real = Field(0.05, ge=0, lt=1, description="fraction of GPU memory kept free")
     causal: bool = True
     dropout: bool = Field(False, description="dropout layers active (they store 1-byte masks for backward)")
     attention_kernel: AttentionKernel = Field(

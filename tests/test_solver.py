@@ -163,8 +163,13 @@ def test_cli_solve_json_schema_and_save(cli, tmp_path) -> None:
 def test_cli_infeasible_exits_1_with_reason(cli) -> None:
     out = cli("solve", "--model", "llama3.1-405b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "8192",
               "--global-batch", "16")  # fmt: skip
-    assert out.returncode == 1
-    assert "state alone" in out.stdout.replace("\n", " ")
+    assert out.returncode == 1 and out.stdout == ""
+    lines = out.stderr.splitlines()  # the diagnosis: one line on stderr, never wrapped
+    assert len(lines) == 1 and lines[0].startswith("infeasible: memory:") and "state alone" in lines[0]
+    with_json = cli("solve", "--model", "llama3.1-405b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "8192",
+                    "--global-batch", "16", "--json")  # fmt: skip
+    assert with_json.returncode == 1 and with_json.stderr == out.stderr
+    assert json.loads(with_json.stdout)["diagnosis"] == lines[0].removeprefix("infeasible: ")
 
 
 def test_explain_ranks_users_layout(cli) -> None:

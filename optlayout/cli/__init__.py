@@ -177,9 +177,12 @@ def main() -> None:
         if pydantic is not None and isinstance(exc, pydantic.ValidationError):
             typer.echo(f"error: {describe_validation_error(exc)}", err=True)
             sys.exit(2)
-        # Usage errors of the (vendored) click layer: bad flag, missing argument.
-        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
-            exc.show()
+        # Usage errors of the (vendored) click layer: bad flag, missing argument: one line too.
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            message = " ".join(str(exc.format_message()).split())
+            typer.echo(f"error: {message}{hint}", err=True)
             sys.exit(exc.exit_code or 2)
         raise
 

@@ -5,15 +5,20 @@ from __future__ import annotations
 import math
 from typing import Annotated
 
+import pydantic
 import typer
 from rich.table import Table
 
 from optlayout.cli import common
 from optlayout.cost import DEFAULT_PARAMS, Prediction, flops, usable_memory_bytes
 from optlayout.cost.memory import memory_estimate
-from optlayout.errors import InputError
+from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.limits import MAX_GPU_MEMORY_BYTES, MAX_GPUS
 from optlayout.layout import Layout, Sharding, check_layout, parse_layout
 from optlayout.presets import gpu_preset
+
+MAX_PARAMS = 1e16  # parameters of a model given by count (--params): ten thousand times the largest published
+MAX_TOKENS_PER_S = 1e12  # tokens/s per GPU; an H100 reaches about 5e5 on a 125M-parameter model
 
 
 def register(app: typer.Typer) -> None:
@@ -36,14 +41,14 @@ def mfu_command(
     as_json: common.JsonOpt = False,
 ) -> None:
     """Model FLOPs utilization from measured tokens/s per GPU."""
-    if not (math.isfinite(tokens_per_s) and tokens_per_s > 0):
-        raise InputError(f"tokens-per-s: must be a positive number (got {tokens_per_s})")
+    if not (math.isfinite(tokens_per_s) and 0 < tokens_per_s <= MAX_TOKENS_PER_S):
+        raise InputError(f"tokens-per-s: must be a finite number in (0, {MAX_TOKENS_PER_S:g}] (got {tokens_per_s})")
     spec = gpu_preset(gpu)
     if param_count is not None:
         if model or model_config:
             raise InputError("params: give --params or a model, not both")
-        if not (math.isfinite(param_count) and param_count > 0):
-            raise InputError(f"params: must be a positive number (got {param_count})")
+        if not (math.isfinite(param_count) and 0 < param_count <= MAX_PARAMS):
+            raise InputError(f"params: must be a finite number in (0, {MAX_PARAMS:g}] (got {param_count})")
         per_token = 6.0 * param_count
         basis = "6N"
     else:
@@ -101,7 +106,9 @@ def memory_command(
     if gpus is not None and dp is not None:
         raise InputError("dp: give --gpus or --dp, not both")
     if gpus is not None:
-        if gpus < 1 or gpus % (tp * pp * cp):
+        if not 1 <= gpus <= MAX_GPUS:
+            raise InputError(f"gpus: must be 1 to {MAX_GPUS:,} (got {gpus})")
+        if gpus % (tp * pp * cp):
             raise InputError(f"gpus: {gpus} is not a multiple of tp*pp*cp = {tp * pp * cp}")
         dp = gpus // (tp * pp * cp)
     dp = dp or 1
@@ -112,20 +119,23 @@ def memory_command(
     job = common.job_arg(seq_len or 1, None, None, optimizer_bytes=optimizer_bytes)
     capacity = None
     if gpu_memory_gb is not None:
-        if gpu_memory_gb <= 0:
-            raise InputError(f"gpu-memory-gb: must be positive (got {gpu_memory_gb})")
+        if not (math.isfinite(gpu_memory_gb) and 0 < gpu_memory_gb <= MAX_GPU_MEMORY_BYTES / 1e9):
+            raise InputError(f"gpu-memory-gb: must be a finite number > 0 (got {gpu_memory_gb})")
         capacity = gpu_memory_gb * 1e9
     elif gpu is not None:
         capacity = gpu_preset(gpu).memory_bytes
-    layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=micro_batch, grad_accum=max(pp, 1), sharding=shard,
-                    recompute=recompute, sequence_parallel=sequence_parallel)  # fmt: skip
+    try:
+        layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=micro_batch, grad_accum=max(pp, 1), sharding=shard,
+                        recompute=recompute, sequence_parallel=sequence_parallel)  # fmt: skip
+    except pydantic.ValidationError as exc:
+        raise InputError(describe_validation_error(exc, "layout")) from None
     if param_count is not None:
         if model or model_config:
             raise InputError("params: give --params or a model, not both")
         if seq_len is not None:
             raise InputError("seq-len: activations need a model shape; give --model with --seq-len")
-        if param_count <= 0:
-            raise InputError(f"params: must be positive (got {param_count})")
+        if not (math.isfinite(param_count) and 0 < param_count <= MAX_PARAMS):
+            raise InputError(f"params: must be a finite number in (0, {MAX_PARAMS:g}] (got {param_count})")
         est = memory_estimate(job, layout, DEFAULT_PARAMS, param_count=param_count)
     else:
         shape = common.model_arg(model, model_config)
@@ -200,9 +210,11 @@ def estimate_command(
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     lay = parse_layout(layout)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)
+    assumed = common.assumed_arg(cluster)
     if as_json:
-        common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler})
+        common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler, "assumed": assumed})
         return
+    common.print_assumed(assumed)
     print_prediction(lay.short(), run.prediction)
     if run.straggler is not None:
         s = run.straggler

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams
-from optlayout.errors import InputError, describe_validation_error
+from optlayout.errors import InputError, OptlayoutError, describe_validation_error
 from optlayout.specs import AttentionKernel, JobSpec, ModelSpec, Precision
 
 if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
@@ -24,8 +25,27 @@ err_console = Console(stderr=True)
 
 
 def print_json(payload: Any) -> None:
-    """Deterministic JSON on stdout (sorted keys are not forced: schemas keep their own order)."""
-    sys.stdout.write(json.dumps(payload, indent=2, default=_default) + "\n")
+    """Deterministic, strict JSON on stdout (sorted keys are not forced: schemas keep their own order). This is
+    the one place JSON results are written: a NaN or an infinity never gets out (JavaScript's JSON.parse and
+    most readers reject them); the field holding one is named instead."""
+    try:
+        text = json.dumps(payload, indent=2, default=_default, allow_nan=False)
+    except ValueError:
+        raise OptlayoutError(f"result: {_non_finite(json.loads(json.dumps(payload, default=_default)))} is not a "
+                             "finite number; nothing printed (please report the input)") from None  # fmt: skip
+    sys.stdout.write(text + "\n")
+
+
+def _non_finite(value: Any, path: str = "") -> str:
+    """The path of the first NaN or infinity in a JSON-like value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path or '(root)'} = {value}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return ""
 
 
 def _default(obj: Any) -> Any:
@@ -101,6 +121,19 @@ def cluster_arg(topology: Path | None, cluster: str | None) -> Topology:
     if cluster is not None and topology is None:
         return resolve_cluster(cluster)
     raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+
+
+def assumed_arg(cluster: str | None) -> dict[str, dict[str, Any]]:
+    """What a --cluster shorthand assumed for the fields it was not given (see `cluster_assumptions`)."""
+    from optlayout.topology import cluster_assumptions, parse_cluster_shorthand
+
+    return cluster_assumptions(parse_cluster_shorthand(cluster)) if cluster is not None else {}
+
+
+def print_assumed(assumed: dict[str, dict[str, Any]]) -> None:
+    """One line per value the cluster shorthand assumed."""
+    for name, a in assumed.items():
+        console.print(f"assumed {name}={a['value']} ({a['why']})", soft_wrap=True, highlight=False)
 
 
 def job_arg(

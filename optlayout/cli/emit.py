@@ -9,9 +9,10 @@ from typing import Annotated
 
 import typer
 
-from optlayout.cli import common
+from optlayout.cli import common, outputs
 from optlayout.emit import CURRENT_TORCHTITAN, DEFAULT_ORDER, FORMATS, TORCHTITAN_VERSIONS, emit, emit_notes
 from optlayout.errors import InputError
+from optlayout.inputs.limits import MAX_GPUS_PER_SERVER
 from optlayout.layout import parse_layout
 
 
@@ -48,6 +49,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print launcher flags or a config file for one layout."""
         hosts = [h.strip() for h in hostnames.split(",") if h.strip()] if hostnames else None
+        if output is not None:
+            outputs.check_output(output, "--output", [plan, model_config])
+        if not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
+            raise InputError(f"gpus-per-node: must be 1 to {MAX_GPUS_PER_SERVER:,} (got {gpus_per_node})")
         if plan is not None:
             if layout is not None or model is not None or model_config is not None or seq_len is not None:
                 raise InputError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len")
@@ -71,5 +76,4 @@ def register(app: typer.Typer) -> None:
         if output is None:
             typer.echo(text, nl=False)
         else:
-            output.write_text(text)
-            typer.echo(f"wrote {output}", err=True)
+            outputs.write_output(output, text, "--output", [plan, model_config])

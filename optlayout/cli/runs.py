@@ -10,7 +10,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from optlayout.cli import common
+from optlayout.cli import common, outputs
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InputError
 
@@ -48,6 +48,10 @@ def compare_command(
     """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
     from optlayout.runs.compare import compare_runs
 
+    inputs = (runs, calibration)
+    for flag, path in (("--plot", plot), ("--report", report)):
+        if path is not None:
+            outputs.check_output(path, flag, inputs)
     records = _read(runs)
     fitted = common.calibration_arg(calibration)
 
@@ -67,11 +71,13 @@ def compare_command(
     if plot is not None:
         from optlayout.runs.plot import plot_compare
 
+        existed = plot.exists()
         plot_compare(result, plot)
+        outputs.announce(plot, existed)
     if report is not None:
-        from optlayout.report import compare_report_html, write_report
+        from optlayout.report import compare_report_html
 
-        write_report(compare_report_html(result), report)
+        outputs.write_output(report, compare_report_html(result), "--report", inputs)
     if as_json:
         common.print_json(result)
         return
@@ -118,6 +124,7 @@ def calibrate_command(
     """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
     from optlayout.runs.calibrate import calibrate
 
+    outputs.check_output(output, "--output", [runs])
     records = _read(runs)
     if len(records) < 2:
         raise InputError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
@@ -126,7 +133,7 @@ def calibrate_command(
         task = bar.add_task("calibrating", total=None)
         fitted = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
                             progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
-    fitted.save(output)
+    outputs.write_output(output, fitted.to_yaml(), "--output", [runs])
     if as_json:
         common.print_json(fitted.model_dump())
         return
@@ -174,6 +181,7 @@ def from_log_command(
     from optlayout.runs.logs import LOG_FORMATS, append_run, record_from_log
     from optlayout.topology import parse_cluster_shorthand
 
+    outputs.check_output(output, "--output", [log, model_config])
     fmt = log_format.strip().lower()
     if fmt not in LOG_FORMATS:
         raise InputError(f"format: expected one of {', '.join(LOG_FORMATS)} (got {log_format!r})")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 import typer
 from rich.table import Table
 
-from optlayout.cli import command_started_s, common
+from optlayout.cli import command_started_s, common, outputs
 from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec, storage_spec
 from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
 from optlayout.errors import InputError
@@ -243,6 +243,10 @@ def solve_command(
                      allow_tp_beyond_domain=allow_tp_beyond_domain, max_bubble_fraction=max_bubble)  # fmt: skip
     if (topology is not None) and (cluster is not None):
         raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
+    inputs = (topology, model_config, model, calibration, from_plan)
+    for flag, path in (("--save", save), ("--report", report)):
+        if path is not None:
+            outputs.check_output(path, flag, inputs)
     source = topology if topology is not None else cluster
     loaded = None
     if from_plan is not None:
@@ -274,7 +278,7 @@ def solve_command(
         plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
                      straggler_slowdown=straggler_slowdown or 0.0, **search)  # fmt: skip
     clock.merge(plan.phases_s)
-    _output(plan, save, report, loaded, as_json, clock, timings, verbose)
+    _output(plan, save, report, loaded, as_json, inputs, clock, timings, verbose)
 
 
 def _parsed(clock: PhaseClock, started_s: float) -> None:
@@ -314,34 +318,36 @@ def _output(
     report: Path | None,
     loaded: LoadedCluster | None,
     as_json: bool,
+    inputs: tuple[object, ...],
     clock: PhaseClock,
     timings: bool,
     verbose: bool,
 ) -> None:
-    """Save, report and print the plan (with its timings when asked); exit status 1 when it holds no layout."""
+    """Save, report and print the plan (with its timings when asked); with no layout, the diagnosis goes to
+    stderr (one line) and the exit status is 1."""
+    paths = [p for p in inputs if isinstance(p, str | Path)]
     with clock.phase("output"):
         if save is not None:
-            plan.save(save)
+            outputs.write_output(save, plan.to_json() + "\n", "--save", paths)
         if report is not None:
-            from optlayout.report import plan_report_html, write_report
+            from optlayout.report import plan_report_html
 
             topo = loaded.topology if loaded is not None and plan.layouts else None
             shown = plan.model_copy(update={"phases_s": clock.phases_s()})
             topo = topo if topo is not None and topo.num_gpus == plan.gpus else None
-            write_report(plan_report_html(shown, topo, timings=timings), report)
+            outputs.write_output(report, plan_report_html(shown, topo, timings=timings), "--report", paths)
         payload = plan_json(plan) if as_json else None
     if payload is not None:
         if timings:
             payload["timings"] = timings_json(clock.phases_s())
         common.print_json(payload)
-    else:
+    elif plan.layouts:
         with clock.phase("output"):
             print_plan(plan)
     if verbose:
         common.err_console.print(timings_line(clock.phases_s()), soft_wrap=True)
     if plan.status in ("infeasible", "unknown"):
-        if as_json:
-            common.err_console.print(f"{plan.status}: {plan.diagnosis}")
+        typer.echo(f"{plan.status}: {plan.diagnosis}", err=True)
         raise typer.Exit(1)
 
 
@@ -368,6 +374,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "gpus": plan.gpus,
         "objective": plan.objective,
         "diagnosis": plan.diagnosis,
+        "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
     if plan.replan is not None:
@@ -394,8 +401,9 @@ def print_plan(plan: Plan) -> None:
 
     con = common.console
     if not plan.layouts:
-        con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}")
+        con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}", soft_wrap=True)
         return
+    common.print_assumed(plan.assumed)
     con.print(
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "
         f"[bold]{plan.status}[/bold] over {plan.candidates} candidates (CP-SAT {plan.cpsat_time_s:.3f} s)"
@@ -505,10 +513,11 @@ def explain_command(
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
                          attention_kernel=attention_kernel)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
-    report = explain_layout(shape, topo, job, parse_layout(layout), params)
+    report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": common.assumed_arg(cluster)}
     if as_json:
         common.print_json(report)
         return
+    common.print_assumed(report["assumed"])
     con = common.console
     rank = report["rank"]
     con.print(

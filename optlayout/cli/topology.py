@@ -8,8 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from optlayout.cli import common
+from optlayout.cli import common, outputs
 from optlayout.errors import InputError
+from optlayout.inputs.limits import (
+    MAX_GPUS_PER_SERVER,
+    MAX_LINK_BYTES_PER_S,
+    MAX_OVERSUBSCRIPTION,
+    MAX_SERVERS,
+    MIN_LINK_BYTES_PER_S,
+)
 
 if TYPE_CHECKING:
     from optlayout.topology.discovery import FabricChoice, ScaleUpChoice
@@ -40,7 +47,7 @@ def show_command(
         topo = resolve_cluster(cluster)
     else:
         raise InputError("topology: give a topology FILE or --cluster gpu=...,gpus=... (exactly one)")
-    summary = topo.summary()
+    summary = topo.summary() | {"assumed": common.assumed_arg(cluster)}
     if as_json:
         common.print_json(summary)
         return
@@ -71,6 +78,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"bisection bandwidth {s['bisection_bandwidth_Bps'] / 1e12:g} TB/s per direction; "
         f"graph: {s['graph_nodes']} nodes, {s['graph_edges']} edges"
     )
+    common.print_assumed(s["assumed"])
 
 
 def discover_command(
@@ -93,16 +101,17 @@ def discover_command(
     name: Annotated[str | None, typer.Option("--name", help="topology name (default: output file stem)")] = None,
 ) -> None:
     """Write a topology file from nvidia-smi topo -m, an NCCL topology dump or a Slurm topology.conf."""
+    from optlayout.inputs.readers import DISCOVERY
     from optlayout.topology import topology_from_dict
     from optlayout.topology.discovery import SOURCES, DiscoverOptions, discover, dump_topology
 
     if source not in SOURCES:
         raise InputError(f"from: unknown source {source!r}; valid: {', '.join(SOURCES)}")
     _check_choices(scale_up, fabric, servers, gpus_per_server, oversubscription)
-    try:
-        text = file.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{source}: no such file {str(file)!r}") from None
+    _check_counts(nics_per_server, nic_gbps, servers_per_leaf)
+    if output is not None:
+        outputs.check_output(output, "--output", [file])
+    text = DISCOVERY[source].text(file)
     options = DiscoverOptions(
         gpu=gpu,
         servers=servers,
@@ -122,7 +131,7 @@ def discover_command(
     if output is None:
         typer.echo(yaml_text, nl=False)
         return
-    output.write_text(yaml_text)
+    outputs.write_output(output, yaml_text, "--output", [file])
     common.err_console.print(
         f"wrote {output}: {topo.num_gpus} GPUs on {topo.num_servers} server(s), "
         f"{topo.num_domains} domain(s) of {topo.domain_size}"
@@ -134,7 +143,20 @@ def _check_choices(scale_up: str, fabric: str, servers: int, gpus_per_server: in
         raise InputError(f"scale-up: {scale_up!r} is not one of auto, nvswitch, mesh, pcie")
     if fabric not in ("rail", "fat-tree"):
         raise InputError(f"fabric: {fabric!r} is not one of rail, fat-tree")
-    if servers < 1 or gpus_per_server < 1:
-        raise InputError(f"servers/gpus-per-server: must be positive (got {servers}, {gpus_per_server})")
-    if oversubscription < 1:
-        raise InputError(f"oversubscription: must be at least 1 (got {oversubscription})")
+    if not 1 <= servers <= MAX_SERVERS or not 1 <= gpus_per_server <= MAX_GPUS_PER_SERVER:
+        raise InputError(
+            f"servers/gpus-per-server: must be 1 to {MAX_SERVERS:,} and 1 to {MAX_GPUS_PER_SERVER:,} "
+            f"(got {servers}, {gpus_per_server})"
+        )
+    if not 1 <= oversubscription <= MAX_OVERSUBSCRIPTION:
+        raise InputError(f"oversubscription: must be 1 to {MAX_OVERSUBSCRIPTION:g} (got {oversubscription})")
+
+
+def _check_counts(nics_per_server: int | None, nic_gbps: float | None, servers_per_leaf: int | None) -> None:
+    if nics_per_server is not None and not 0 <= nics_per_server <= MAX_GPUS_PER_SERVER:
+        raise InputError(f"nics-per-server: must be 0 to {MAX_GPUS_PER_SERVER:,} (got {nics_per_server})")
+    if servers_per_leaf is not None and not 1 <= servers_per_leaf <= MAX_SERVERS:
+        raise InputError(f"servers-per-leaf: must be 1 to {MAX_SERVERS:,} (got {servers_per_leaf})")
+    top = MAX_LINK_BYTES_PER_S * 8 / 1e9
+    if nic_gbps is not None and not MIN_LINK_BYTES_PER_S * 8 / 1e9 <= nic_gbps <= top:
+        raise InputError(f"nic-gbps: must be a NIC speed in Gb/s, up to {top:g} (got {nic_gbps})")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
+
+from annotated_types import Le
 
 if TYPE_CHECKING:
     from optlayout.layout.model import Layout
@@ -56,6 +58,7 @@ class Axis:
     kind: type = int
     default: object = None
     choices: tuple[str, ...] = field(default=())
+    maximum: int | None = None  # the field's upper bound, checked by `parse` (pins, text, --max)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -82,12 +85,14 @@ class Axis:
                 return self.kind(str(raw).strip().lower())
             except ValueError:
                 raise ValueError(f"must be one of {', '.join(self.choices)}") from None
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            raise ValueError("must be a positive integer") from None
+        text = str(raw).strip()
+        if isinstance(raw, bool) or not text.isascii() or not text.isdigit() or len(text) > 20:
+            raise ValueError("must be a positive integer")
+        value = int(text)
         if value < 1:
             raise ValueError("must be a positive integer")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"must be at most {self.maximum:,}")
         return value
 
     def text(self, value: object) -> str | None:
@@ -109,7 +114,9 @@ def declared_axes(layout_type: type[Layout]) -> tuple[Axis, ...]:
         kind = _base_type(info.annotation)
         choices = tuple(m.value for m in kind) if issubclass(kind, StrEnum) else ()
         label = axis.label or axis.key
-        out.append(replace(axis, name=name, kind=kind, default=info.default, choices=choices, label=label))
+        maximum = _maximum([*info.metadata, *_annotated_metadata(info.annotation)])
+        out.append(replace(axis, name=name, kind=kind, default=info.default, choices=choices, label=label,
+                           maximum=maximum))  # fmt: skip
     grid_tokens = set(MEGATRON_ORDERS[0].split("-"))
     for axis in out:
         if axis.grid and axis.key not in grid_tokens:
@@ -117,8 +124,29 @@ def declared_axes(layout_type: type[Layout]) -> tuple[Axis, ...]:
     return tuple(out)
 
 
+def _annotated_metadata(annotation: object) -> list[Any]:
+    """Constraints inside an annotation such as `Annotated[int, Le(8)] | None`."""
+    if get_origin(annotation) is Annotated:
+        return [*get_args(annotation)[1:], *_annotated_metadata(get_args(annotation)[0])]
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [m for a in get_args(annotation) for m in _annotated_metadata(a)]
+    return []
+
+
+def _maximum(metadata: list[Any]) -> int | None:
+    for item in metadata:
+        if isinstance(item, Le) and isinstance(item.le, int):
+            return item.le
+        inner = getattr(item, "metadata", None)  # a FieldInfo inside Annotated
+        if isinstance(inner, list) and (found := _maximum(inner)) is not None:
+            return found
+    return None
+
+
 def _base_type(annotation: object) -> type:
     """The value type of a field annotation such as `int | None`."""
+    if get_origin(annotation) is Annotated:
+        return _base_type(get_args(annotation)[0])
     if get_origin(annotation) in (Union, types.UnionType):
         return _base_type(next(a for a in get_args(annotation) if a is not type(None)))
     if isinstance(annotation, type):

@@ -6,8 +6,10 @@ from enum import StrEnum
 from math import prod
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS
+from optlayout.inputs.numbers import Count
 from optlayout.layout.axes import Axis, declared_axes
 from optlayout.layout.rules import field_conflicts
 
@@ -29,39 +31,42 @@ class Recompute(StrEnum):
     full = "full"  # whole layer recomputed; only its input is kept
 
 
+Degree = Annotated[Count, Field(le=MAX_GPUS)]  # a strict integer: `tp: true` or `tp: "8"` is refused
+PerStep = Annotated[Count, Field(le=MAX_GLOBAL_BATCH)]
+Chunks = Annotated[Count, Field(le=MAX_LAYERS)]
+
+
 class Layout(BaseModel):
     """How one training job is laid out over the GPUs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tp: Annotated[
-        PositiveInt, Axis("tp", "tensor-parallel degree", grid=True, splits_model=True, checkpoint="reshards")
-    ] = 1
-    pp: Annotated[PositiveInt, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")] = 1
+    tp: Annotated[Degree, Axis("tp", "tensor-parallel degree", grid=True, splits_model=True, checkpoint="reshards")] = 1
+    pp: Annotated[Degree, Axis("pp", "pipeline stages", grid=True, splits_model=True, checkpoint="reshards")] = 1
     vp: Annotated[
-        PositiveInt,
+        Chunks,
         Axis("vp", "virtual stages per pipeline rank", splits_model=True, shown="not_default", checkpoint="reshards"),
     ] = 1
     cp: Annotated[
-        PositiveInt,
+        Degree,
         Axis("cp", "context-parallel degree", grid=True, splits_model=True, checkpoint="reshards_if_sharded"),
     ] = 1
-    dp: Annotated[PositiveInt, Axis("dp", "data-parallel degree", grid=True, checkpoint="reshards_if_sharded")] = 1
-    micro_batch: Annotated[PositiveInt, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
-    grad_accum: Annotated[PositiveInt, Axis("ga", "micro-batches per step", label="grad accum")] = 1
+    dp: Annotated[Degree, Axis("dp", "data-parallel degree", grid=True, checkpoint="reshards_if_sharded")] = 1
+    micro_batch: Annotated[PerStep, Axis("mb", "sequences per micro-batch", label="micro-batch")] = 1
+    grad_accum: Annotated[PerStep, Axis("ga", "micro-batches per step", label="grad accum")] = 1
     sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = Sharding.none
     recompute: Annotated[Recompute, Axis("recompute", "activation recomputation")] = Recompute.none
     sequence_parallel: Annotated[
         bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")
     ] = False
     first_stage_layers: Annotated[
-        int | None,
-        Field(ge=1, description="layers on the first pipeline stage (uneven split)"),
+        Chunks | None,
+        Field(description="layers on the first pipeline stage (uneven split)"),
         Axis("first", "layers on the first stage", searched=False, shown="not_default", checkpoint="reshards"),
     ] = None
     last_stage_layers: Annotated[
-        int | None,
-        Field(ge=1, description="layers on the last pipeline stage (uneven split)"),
+        Chunks | None,
+        Field(description="layers on the last pipeline stage (uneven split)"),
         Axis("last", "layers on the last stage", searched=False, shown="not_default", checkpoint="reshards"),
     ] = None
 

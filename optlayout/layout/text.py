@@ -7,6 +7,7 @@ from typing import Any
 import pydantic
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import AXES, Layout
 
@@ -14,6 +15,7 @@ KEYS: dict[str, Axis] = {key: axis for axis in AXES for key in axis.keys}
 """Every accepted spelling -> its axis."""
 
 
+@checked_arguments
 def parse_layout(text: str) -> Layout:
     """Parse the form written by `format_layout`; errors are one line naming the key."""
     fields: dict[str, Any] = {}

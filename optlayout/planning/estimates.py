@@ -12,6 +12,7 @@ from optlayout.conditions.goodput import FailureSpec, GoodputModel, LayoutCheckp
 from optlayout.conditions.stragglers import StragglerPrediction, check_straggler, with_straggler
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
 from optlayout.errors import InfeasibleError
+from optlayout.inputs.arguments import checked_arguments
 from optlayout.layout import Layout, check_layout
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.search import ClusterInput, check_run_conditions, failure_input, storage_input
@@ -20,6 +21,7 @@ from optlayout.specs import JobSpec
 from optlayout.topology import resolve_cluster
 
 
+@checked_arguments
 def estimate_layout(
     model: ModelInput,
     cluster: ClusterInput,
@@ -34,6 +36,7 @@ def estimate_layout(
     return Problem(spec, job, topo, params).table.predict(layout)
 
 
+@checked_arguments
 def explain_layout(
     model: ModelInput,
     cluster: ClusterInput,
@@ -89,6 +92,7 @@ class RunEstimate(BaseModel):
     goodput: LayoutCheckpointing | None = None
 
 
+@checked_arguments
 def estimate_run(
     model: ModelInput,
     cluster: ClusterInput,

@@ -13,6 +13,8 @@ from optlayout.conditions.goodput import FailureSpec, LayoutCheckpointing, Stora
 from optlayout.conditions.stragglers import StragglerPrediction
 from optlayout.cost import Prediction
 from optlayout.errors import InfeasibleError, InputError, describe_validation_error
+from optlayout.inputs.limits import MAX_GPUS
+from optlayout.inputs.readers import PLAN
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 SCHEMA_VERSION = 1
@@ -111,9 +113,12 @@ class Plan(BaseModel):
     model: ModelSpec
     job: JobSpec
     topology_name: str
-    gpus: int
-    gpus_per_server: int
+    gpus: int = Field(ge=1, le=MAX_GPUS)
+    gpus_per_server: int = Field(ge=1, le=MAX_GPUS)
     cluster: ClusterSpec | None = None
+    assumed: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="cluster fields the shorthand was not given: the value used and why"
+    )
     topology_doc: dict[str, Any] | None = Field(
         None, description="the generator-form topology document the cluster came from (re-planning rebuilds it)"
     )
@@ -160,12 +165,7 @@ class Plan(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         """Read a saved plan; an older schema or a hand-edited illegal layout is a one-line error."""
-        try:
-            raw = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise InputError(f"plan: no such file {str(path)!r}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"plan: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raw = PLAN.json(path)
         version = raw.get("schema_version") if isinstance(raw, dict) else None
         if version != SCHEMA_VERSION:
             raise InputError(

@@ -11,6 +11,8 @@ import pydantic
 from optlayout.conditions.goodput import FailureSpec, StorageSpec
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InfeasibleError, InputError, OptlayoutError, UnsupportedError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.limits import MAX_GPUS
 from optlayout.layout.model import AXES
 from optlayout.planning.plan import LayoutChange, Plan, Replan
 from optlayout.planning.search import ClusterInput, SolveRequest, failure_input, solve_request, storage_input
@@ -19,7 +21,7 @@ from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, batch_targets, space_options
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec, Sharding
 from optlayout.timings import PhaseClock
-from optlayout.topology import Topology, load_cluster, topology_from_dict
+from optlayout.topology import Topology, cluster_assumptions, load_cluster, topology_from_dict
 from optlayout.topology.schema import GeneratorDoc
 
 _SAVED_SPLIT = {Sharding.none: 0, Sharding.zero1: 1, Sharding.zero2: 1, Sharding.fsdp: 2}  # what the saved state shards
@@ -174,6 +176,7 @@ def _batch_rule(job: JobSpec, spec: ModelSpec, gpus: int) -> str:
     )
 
 
+@checked_arguments
 def replan(
     plan: Plan | str | Path,
     gpus: int | None = None,
@@ -202,8 +205,8 @@ def replan(
     works on `gpus`, with the nearest GPU counts that do.
     """
     old = Plan.load(plan) if isinstance(plan, (str, Path)) else plan
-    if gpus is not None and (isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1):
-        raise InputError(f"replan: gpus must be a whole number >= 1 (got {gpus!r})")
+    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+        raise InputError(f"replan: gpus must be a whole number from 1 to {MAX_GPUS:,} (got {gpus!r})")
     options = space_options(pins, maxima, exclude, **switches)
     clock = PhaseClock()
     if cluster is not None:
@@ -253,6 +256,7 @@ def replan(
         update={
             "cluster": shorthand,
             "topology_doc": doc,
+            "assumed": cluster_assumptions(shorthand) if cluster is not None and shorthand is not None else old.assumed,
             "replan": Replan(from_gpus=old.gpus, from_layout=from_layout, changes=changes),
         }
     )

@@ -3,6 +3,7 @@ the validated request that solve and re-planning send down one pipeline (`solve_
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from optlayout.conditions.goodput import (
 from optlayout.conditions.stragglers import check_straggler, with_straggler
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InfeasibleError, InputError
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.limits import MAX_TOP
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.plan import Plan, PlannedLayout
 from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_skyline
@@ -81,10 +84,10 @@ class SolveRequest:
         """Check the request field by field (one-line errors naming the field) and build its problem."""
         spec = resolve_model(model)
         fail, store = failure_input(failure), storage_input(storage)
-        if not time_limit_s > 0:
-            raise InputError(f"time-limit: must be positive seconds (got {time_limit_s})")
-        if top < 1:
-            raise InputError(f"top: must be at least 1 (got {top})")
+        if not 0 < time_limit_s < math.inf:
+            raise InputError(f"time-limit: must be a finite number of seconds > 0 (got {time_limit_s})")
+        if not 1 <= top <= MAX_TOP:
+            raise InputError(f"top: must be 1 to {MAX_TOP} (got {top})")
         if objective not in OBJECTIVES:
             raise InputError(f"objective: must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
         if objective == "goodput" and (fail is None or store is None):
@@ -112,6 +115,7 @@ class SolveRequest:
         return GoodputModel(p.model, p.job, self.failure, self.storage, p.topology.gpus_per_server)
 
 
+@checked_arguments
 def solve(
     model: ModelInput,
     cluster: ClusterInput,
@@ -151,7 +155,9 @@ def solve(
         straggler_slowdown=straggler_slowdown, switches=switches,
     )  # fmt: skip
     plan = solve_request(request, clock)
-    return plan.model_copy(update={"cluster": loaded.shorthand, "topology_doc": loaded.generator_doc})
+    return plan.model_copy(
+        update={"cluster": loaded.shorthand, "topology_doc": loaded.generator_doc, "assumed": loaded.assumed}
+    )
 
 
 def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Plan:

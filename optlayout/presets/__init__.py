@@ -7,16 +7,18 @@ variable `OPTLAYOUT_GPU_FILE`; its entries join the presets under their own name
 
 from __future__ import annotations
 
-import json
 import os
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
 from optlayout.errors import InputError, UnsupportedError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.readers import GPU_FILE, MODEL_CONFIG
+from optlayout.inputs.yaml_doc import parse_yaml
+from optlayout.presets.hf_config import check_hf_config
 from optlayout.specs import GpuSpec, ModelSpec
 
 _HERE = Path(__file__).parent
@@ -29,7 +31,7 @@ GPU_FIELDS = ("arch", "memory_gib", "peak_tflops", "hbm_tbytes_per_s", "scale_up
 
 @cache
 def _shipped_gpus() -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "gpus.yaml").read_text())
+    table: dict[str, dict[str, Any]] = parse_yaml((_HERE / "gpus.yaml").read_text(), "presets gpus.yaml")
     return table
 
 
@@ -39,12 +41,7 @@ def _gpu_table() -> dict[str, dict[str, Any]]:
     extra = os.environ.get(GPU_FILE_ENV)
     if not extra:
         return table
-    try:
-        rows = yaml.safe_load(Path(extra).read_text())
-    except FileNotFoundError:
-        raise InputError(f"gpu: {GPU_FILE_ENV} names {extra!r}, which does not exist") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"gpu: {extra} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    rows = GPU_FILE.yaml(extra)
     if not isinstance(rows, dict):
         raise InputError(f"gpu: {extra} must map GPU names to their figures, as optlayout/presets/gpus.yaml does")
     for name, row in rows.items():
@@ -57,7 +54,7 @@ def _gpu_table() -> dict[str, dict[str, Any]]:
 
 @cache
 def _model_table() -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = yaml.safe_load((_HERE / "models.yaml").read_text())
+    table: dict[str, dict[str, Any]] = parse_yaml((_HERE / "models.yaml").read_text(), "presets models.yaml")
     return table
 
 
@@ -69,6 +66,7 @@ def model_names() -> list[str]:
     return list(_model_table())
 
 
+@checked_arguments
 def gpu_preset(name: str) -> GpuSpec:
     """A GPU preset by name (`h100-sxm`, ...); an unknown name lists the valid ones."""
     table = _gpu_table()
@@ -95,6 +93,7 @@ def gpu_preset(name: str) -> GpuSpec:
         raise InputError(f"gpu: preset {key!r} is malformed: {detail}") from None
 
 
+@checked_arguments
 def model_preset(name: str) -> ModelSpec:
     """A model preset by key (`llama3.1-405b`) or by its display name (`Llama 3.1 405B`)."""
     table = _model_table()
@@ -134,7 +133,7 @@ def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     theta = cfg.get("rope_theta", rope.get("rope_theta"))
     if theta is not None:
-        out["rope_theta"] = float(theta)
+        out["rope_theta"] = theta  # ModelSpec checks the types
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "llama3":
@@ -149,25 +148,22 @@ def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
         out["alibi"] = True
     eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_eps", cfg.get("layer_norm_epsilon")))
     if eps is not None:
-        out["norm_eps"] = float(eps)
+        out["norm_eps"] = eps
     return out
 
 
+@checked_arguments
 def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face `config.json` (transformers v4 or v5 spellings, `text_config` nesting)."""
     if isinstance(source, dict):
         cfg, label = source, name or "hf-config"
     else:
         path = Path(source)
-        try:
-            cfg = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"model-config: no such file {str(path)!r}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"model-config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        cfg = MODEL_CONFIG.json(path)
         label = name or path.stem
     if not isinstance(cfg, dict):
         raise InputError("model-config: expected a JSON object")
+    check_hf_config(cfg)
     if "text_config" in cfg and "hidden_size" not in cfg:
         cfg = cfg["text_config"]
     if any(k in cfg for k in ("num_local_experts", "n_routed_experts", "num_experts")):

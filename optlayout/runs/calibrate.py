@@ -21,6 +21,8 @@ import yaml
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.readers import CALIBRATION
 
 if TYPE_CHECKING:  # fitting needs them; reading a calibration file does not (a solve loads only that)
     from optlayout.runs.predict import RunPrediction
@@ -46,6 +48,8 @@ def calibration_key(gpu: str, precision: str) -> str:
 class Calibration(pydantic.BaseModel):
     """Fitted constants: a global set and per GPU/precision sets, with how they were obtained."""
 
+    model_config = pydantic.ConfigDict(strict=True, allow_inf_nan=False)
+
     schema_version: int = CALIBRATION_SCHEMA_VERSION
     fitted_on: str
     fitted: list[str]
@@ -57,28 +61,31 @@ class Calibration(pydantic.BaseModel):
         values = self.entries.get(calibration_key(gpu, precision), self.default)
         return DEFAULT_PARAMS.model_copy(update=values)
 
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(), sort_keys=False, width=110)
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.model_dump(), sort_keys=False, width=110))
+        Path(path).write_text(self.to_yaml())
 
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration YAML file; errors name the field."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"calibration: no such file {str(path)!r}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"calibration: {path} is not valid YAML{where}") from None
-    if not isinstance(raw, dict) or raw.get("schema_version") != CALIBRATION_SCHEMA_VERSION:
+    raw = CALIBRATION.yaml(path)
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if type(version) is not int or version != CALIBRATION_SCHEMA_VERSION:
         raise InputError(f"calibration: {path} is not a version-{CALIBRATION_SCHEMA_VERSION} calibration file")
     try:
         calibration = Calibration.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "calibration")) from None
     for key, values in {"default": calibration.default, **calibration.entries}.items():
+        for name, value in values.items():  # only fitted constants, each inside the range a fit may reach
+            if name not in FITTED:
+                raise InputError(f"calibration {key}.{name}: not a calibrated constant ({', '.join(FITTED)})")
+            lo, hi = FITTED[name]
+            if not lo <= value <= hi:
+                raise InputError(f"calibration {key}.{name}: {value:g} is outside its physical range [{lo}, {hi}]")
         try:
             CostParams(**(DEFAULT_PARAMS.model_dump() | values))
         except pydantic.ValidationError as exc:
@@ -90,6 +97,7 @@ def shipped_calibration_path() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "default_calibration.yaml"
 
 
+@checked_arguments
 def calibrated_params(gpu: str, precision: str = "bf16", calibration: str | Path | None = None) -> CostParams:
     """The cost constants the CLI uses by default: the shipped calibration's (or the file `calibration`'s) for a
     GPU and precision.

@@ -36,6 +36,10 @@ from typing import Any
 import pydantic
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.json_doc import parse_json
+from optlayout.inputs.numbers import int_from_text, number_from_text
+from optlayout.inputs.readers import LOG, RUNS
 from optlayout.runs.records import LAYOUT_FIELDS, Measured, RunJob, RunLayout, RunRecord
 from optlayout.specs import ClusterSpec, Layout, ModelSpec
 
@@ -115,8 +119,17 @@ class LogMeasurement:
         return Measured(tokens_per_s_per_gpu=self.tokens_per_s_per_gpu, derived_from=self.derived_from, **extra)
 
 
-def _number(text: str) -> float:
-    return float(text.strip().rstrip("%").replace(",", ""))
+def _number(text: str, what: str = "number") -> float:
+    """A logged figure: finite (a NaN or infinite throughput, time or count is refused, naming the line)."""
+    return number_from_text(text.strip().rstrip("%"), what)
+
+
+def _count(text: str, where: str) -> int:
+    return int_from_text(text, f"log: {where}")
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 20 else text[:17] + "..."
 
 
 def _fields(rest: str) -> dict[str, str]:
@@ -143,7 +156,7 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
             _megatron_header(line, stated)
             continue
         fields = _fields(match.group(3))
-        where = f"{name} line {number} (iteration {match.group(1)})"
+        where = f"{name} line {number} (iteration {_short(match.group(1))})"
         elapsed_ms = _field(fields, "elapsed time per iteration (ms)", where)
         batch = _field(fields, "global batch size", where)
         if elapsed_ms is None or elapsed_ms <= 0:
@@ -154,7 +167,7 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
         out.append(
             LogLine(
                 line_number=number,
-                iteration=int(match.group(1)),
+                iteration=_count(match.group(1), f"{where}: iteration"),
                 tokens_per_s_per_gpu=batch * seq_len / elapsed_s / gpus,
                 elapsed_s=elapsed_s,
                 global_batch=int(batch),
@@ -171,22 +184,22 @@ def _field(fields: dict[str, str], key: str, where: str) -> float | None:
         return None
     try:
         return _number(fields[key])
-    except ValueError:
-        raise InputError(f"log: {where}: {key!r} is not a number ({fields[key]!r})") from None
+    except InputError:
+        raise InputError(f"log: {where}: {key!r} is not a finite number ({_short(fields[key])!r})") from None
 
 
 def _megatron_header(line: str, stated: dict[str, int]) -> None:
     world = _MEGATRON_PARALLEL.search(line)
     if world:
-        stated.setdefault("gpus", int(world.group(1)))
+        stated.setdefault("gpus", _count(world.group(1), "world size"))
         for key, pattern in _MEGATRON_SIZES.items():
             found = pattern.search(line)
             if found:
-                stated.setdefault(key, int(found.group(1)))
+                stated.setdefault(key, _count(found.group(1), key))
         return
     arg = _MEGATRON_ARG.search(line)
-    if arg and arg.group(1) in _MEGATRON_ARGS and arg.group(2).isdigit():
-        stated.setdefault(_MEGATRON_ARGS[arg.group(1)], int(arg.group(2)))
+    if arg and arg.group(1) in _MEGATRON_ARGS and re.fullmatch(r"[0-9]+", arg.group(2)):
+        stated.setdefault(_MEGATRON_ARGS[arg.group(1)], _count(arg.group(2), arg.group(1)))
 
 
 def parse_torchtitan_lines(text: str, name: str) -> tuple[list[LogLine], dict[str, int]]:
@@ -201,31 +214,31 @@ def parse_torchtitan_lines(text: str, name: str) -> tuple[list[LogLine], dict[st
                 for key, pattern in _TITAN_CONFIG.items():
                     found = pattern.search(line)
                     if found:
-                        stated.setdefault(key, int(found.group(1)))
+                        stated.setdefault(key, _count(found.group(1), f"{name} line {number}: {key}"))
             continue
         fields = {k.lower(): v for k, v in _TITAN_FIELD.findall(match.group(2))}
         tps_text = fields.get("tps", fields.get("wps"))
         if tps_text is None:
             continue  # some other message that mentions a step
         prefix = _RANK_PREFIX.match(line)
-        line_rank = int(prefix.group(1)) if prefix else None
+        line_rank = _count(prefix.group(1), f"{name} line {number}: rank") if prefix else None
         rank = line_rank if rank is None else rank
         if line_rank is not None and line_rank != rank:
             continue  # several ranks logging: keep the first one's lines (tps is per GPU on each)
-        where = f"{name} line {number} (step {match.group(1)})"
-        try:
-            tps = _number(tps_text)
-            loss = _number(fields["loss"]) if "loss" in fields else 0.0
-            tflops = _number(fields["tflops"]) if "tflops" in fields else None
-            mfu = _number(fields["mfu"]) / 100 if "mfu" in fields else None
-        except ValueError as exc:
-            raise InputError(f"log: {where}: a metric is not a number ({exc})") from None
+        where = f"{name} line {number} (step {_short(match.group(1))})"
+        tps = _number(tps_text, f"log: {where}: tps")
+        tflops = _number(fields["tflops"], f"log: {where}: tflops") if "tflops" in fields else None
+        mfu = _number(fields["mfu"], f"log: {where}: mfu") / 100 if "mfu" in fields else None
+        try:  # a NaN or infinite loss is data: it marks an iteration to leave out
+            diverged = not math.isfinite(float(fields.get("loss", "0").replace(",", "")))
+        except ValueError:
+            raise InputError(f"log: {where}: loss is not a number ({_short(fields['loss'])!r})") from None
         out.append(
             LogLine(
                 line_number=number,
-                iteration=int(match.group(1)),
+                iteration=_count(match.group(1), f"{where}: step"),
                 tokens_per_s_per_gpu=tps,
-                nan=0 if math.isfinite(loss) else 1,
+                nan=1 if diverged else 0,
                 source_tflops_per_gpu=tflops,
                 source_mfu=mfu,
             )
@@ -345,12 +358,7 @@ def measure_log(
     path = Path(path)
     if fmt not in LOG_FORMATS:
         raise InputError(f"log: unknown format {fmt!r} (known: {', '.join(LOG_FORMATS)})")
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"log: no such file {str(path)!r}") from None
-    except IsADirectoryError:
-        raise InputError(f"log: {str(path)!r} is a directory") from None
+    text = LOG.text(path)
     if fmt == "megatron":
         return measure_megatron(text, job.seq_len, job.global_batch, cluster.gpus, warmup, path.name, layout)
     return measure_torchtitan(text, job.seq_len, job.global_batch, warmup, path.name)
@@ -370,7 +378,7 @@ def run_layout(text: str) -> RunLayout:
     if unknown:
         raise InputError(f"layout: {', '.join(sorted(unknown))} cannot be stated in a run record")
     values = {k: _plain(getattr(layout, k)) for k in LAYOUT_FIELDS if k in given}
-    return RunLayout(**values)
+    return RunLayout.model_validate(values)
 
 
 def _layout_key(part: str) -> str:
@@ -398,6 +406,7 @@ def _check_layout(layout_text: str | None, layout: RunLayout, job: RunJob, clust
         raise InputError(f"layout: mb*ga*dp = {full.global_batch} but the job's global_batch is {job.global_batch}")
 
 
+@checked_arguments
 def run_from_log(
     path: str | Path,
     fmt: str,
@@ -441,11 +450,11 @@ def record_line(record: RunRecord) -> str:
 def append_run(record: RunRecord, path: str | Path) -> None:
     """Append a record to a JSON Lines runs file (created if missing); an id already there is an error."""
     path = Path(path)
-    existing = path.read_text() if path.is_file() else ""
-    for number, line in enumerate(existing.splitlines(), start=1):
+    existing = RUNS.text(path) if path.exists() else ""
+    for number, line in enumerate(existing.split("\n"), start=1):
         try:
-            raw = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:
+            raw = parse_json(line, "runs") if line.strip() else None
+        except InputError:
             raise InputError(f"runs: {path.name} line {number} is not valid JSON; not appending to it") from None
         if isinstance(raw, dict) and raw.get("id") == record.id:
             raise InputError(f"runs: {path.name} already holds a run with id {record.id!r} (give another --id)")
@@ -457,6 +466,7 @@ def append_run(record: RunRecord, path: str | Path) -> None:
 # ---------------------------------------------------------------- what a log states about its run
 
 _MEGATRON_DUMP = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([a-z][a-z0-9_]*) \.{2,} (.*?)\s*$")
+MAX_ECHOED_COUNT = 2**31
 _MEGATRON_VOCAB = re.compile(r"padded vocab \(size: (\d+)\) with \d+ dummy tokens")
 _TITAN_INIT = re.compile(
     r"local batch size (\d+), global batch size (\d+), gradient accumulation steps (\d+), sequence length (\d+)"
@@ -503,12 +513,13 @@ def _dump(text: str) -> tuple[dict[str, str], int | None]:
                 args.setdefault(match.group(1), match.group(2))
         found = _MEGATRON_VOCAB.search(line)
         if found and vocab is None:
-            vocab = int(found.group(1))
+            vocab = _count(found.group(1), "the padded-vocab line")
     return args, vocab
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    """An integer argument of the dump, None when unset (`str.isdigit` would also take a superscript '²')."""
+    return None if value is None or value == "None" else _count(value, "a Megatron argument")
 
 
 def _true(value: str | None) -> bool:
@@ -589,9 +600,9 @@ def _titan_echo(lines: list[str]) -> dict[str, Any] | None:
             depth += part.count("{") - part.count("}")
             if depth <= 0:
                 break
-        try:
-            echo = json.loads("\n".join(out))
-        except json.JSONDecodeError:
+        try:  # an echo cut short (or not JSON) is not read; `read` then does not list it
+            echo = parse_json("\n".join(out), "log: the config echo")
+        except InputError:
             return None
         return echo if isinstance(echo, dict) else None
     return None
@@ -605,6 +616,41 @@ def _llama_ffn(dim: int, multiple_of: int, multiplier: float | None) -> int:
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+@dataclass(frozen=True)
+class _TitanArgs:
+    """The fields of torchtitan's `TransformerModelArgs(...)` line, each read as its type or refused naming it."""
+
+    fields: dict[str, str]
+
+    def _text(self, key: str) -> str | None:
+        value = self.fields.get(key)
+        return None if value is None or value.strip() == "None" else value
+
+    def count(self, key: str, default: int | None = None) -> int:
+        value = self._text(key)
+        if value is None:
+            if default is None:
+                raise InputError(f"log: the model-args line lacks {key}")
+            return default
+        return _count(value, f"the model-args line: {key}")
+
+    def number(self, key: str, default: float | None = None) -> float | None:
+        value = self._text(key)
+        return default if value is None else _number(value, f"log: the model-args line: {key}")
+
+
+def _echo_section(echo: dict[str, Any], name: str) -> dict[str, Any]:
+    """One section of torchtitan's config echo, its integer values checked (a degree, a batch, a length)."""
+    section = echo.get(name) or {}
+    if not isinstance(section, dict):
+        raise InputError(f"log: the config echo's {name} is not an object")
+    for key, value in section.items():
+        counted = key.endswith(("_degree", "_size", "seq_len")) and value is not None
+        if counted and (isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_ECHOED_COUNT):
+            raise InputError(f"log: the config echo's {name}.{key} is not a count ({_short(repr(value))})")
+    return section
+
+
 def torchtitan_facts(text: str) -> LogFacts:
     """Sequence length, batch, mesh, model shape, recompute and float8 from a torchtitan log (its trainer-init
     line, device-mesh line, model-args line, and the config echo when printed)."""
@@ -614,11 +660,11 @@ def torchtitan_facts(text: str) -> LogFacts:
     local = None
     for line in lines:
         if (found := _TITAN_INIT.search(line)) and facts.seq_len is None:
-            local, facts.global_batch, _, facts.seq_len = (int(g) for g in found.groups())
+            local, facts.global_batch, _, facts.seq_len = (_count(g, "the trainer-init line") for g in found.groups())
             facts.said("the trainer-init line")
         elif (found := _TITAN_MESH.search(line)) and "mesh" not in (facts.read or []):
             names = [n.strip(" '\"") for n in found.group(1).split(",") if n.strip()]
-            sizes = [int(s) for s in found.group(2).split(",") if s.strip()]
+            sizes = [_count(s, "the device-mesh line") for s in found.group(2).split(",") if s.strip()]
             degrees = dict(zip(names, sizes, strict=False))
             facts.gpus = math.prod(sizes)
             replicate, shard = degrees.get("dp_replicate", 1), degrees.get("dp_shard", 1)
@@ -627,20 +673,16 @@ def torchtitan_facts(text: str) -> LogFacts:
             layout["sharding"] = "none" if shard == 1 else ("zero2" if layout["pp"] > 1 else "fsdp")
             facts.said("mesh")
         elif (found := _TITAN_ARGS.search(line)) and facts.model is None:
-            fields = dict(re.findall(r"(\w+)=([^,()]+)", found.group(1)))
-            dim, heads = int(fields["dim"]), int(fields["n_heads"])
-            multiplier = fields.get("ffn_dim_multiplier", "None")
-            kv = fields.get("n_kv_heads", "None")
+            args = _TitanArgs(dict(re.findall(r"(\w+)=([^,()]+)", found.group(1))))
+            dim, heads = args.count("dim"), args.count("n_heads")
             facts.model = {
-                "layers": int(fields["n_layers"]),
+                "layers": args.count("n_layers"),
                 "hidden": dim,
-                "ffn": _llama_ffn(
-                    dim, int(fields.get("multiple_of", 256)), None if multiplier == "None" else float(multiplier)
-                ),
+                "ffn": _llama_ffn(dim, args.count("multiple_of", 256), args.number("ffn_dim_multiplier")),
                 "heads": heads,
-                "kv_heads": int(kv) if kv != "None" else heads,
-                "vocab": int(fields["vocab_size"]),
-                "rope_theta": float(fields.get("rope_theta", 10000)),
+                "kv_heads": args.count("n_kv_heads", heads),
+                "vocab": args.count("vocab_size"),
+                "rope_theta": args.number("rope_theta", 10000.0),
             }
             facts.said("the model-args line")
         elif found := _TITAN_AC.search(line):
@@ -651,7 +693,7 @@ def torchtitan_facts(text: str) -> LogFacts:
         facts.read = [r if r != "mesh" else "the device-mesh line" for r in facts.read]
     echo = _titan_echo(lines)
     if echo:
-        par, train = echo.get("parallelism", {}), echo.get("training", {})
+        par, train = _echo_section(echo, "parallelism"), _echo_section(echo, "training")
         facts.seq_len = facts.seq_len or train.get("seq_len")
         facts.global_batch = facts.global_batch if facts.global_batch else train.get("global_batch_size")
         local = local or train.get("local_batch_size")
@@ -660,10 +702,12 @@ def torchtitan_facts(text: str) -> LogFacts:
             layout.setdefault(key, par.get(name))
         if layout.get("pp", 1) and layout.get("pp", 1) > 1:
             layout["micro_batch"] = par.get("pipeline_parallel_microbatch_size", 1)
-        mode = (echo.get("activation_checkpoint") or {}).get("mode")
+        mode = _echo_section(echo, "activation_checkpoint").get("mode")
         if mode in ("none", "selective", "full"):
             layout.setdefault("recompute", mode)
-        converters = (echo.get("model") or {}).get("converters") or []
+        converters = _echo_section(echo, "model").get("converters") or []
+        if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+            raise InputError("log: the config echo's model.converters is not a list of names")
         if any("float8" in c for c in converters):
             facts.precision = "fp8"
         facts.said("the config echo")

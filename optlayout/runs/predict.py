@@ -13,7 +13,7 @@ from optlayout.solver.candidates import Limits, rank_key, throughput_scale
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
-from optlayout.topology import Topology, topology_from_cluster
+from optlayout.topology import Topology, cluster_assumptions, topology_from_cluster
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class RunPrediction:
     layout: Layout
     filled_fields: dict[str, object]
     prediction: Prediction
-    assumed: dict[str, dict[str, str]]  # job fields the record did not state: {"value": ..., "why": ...}
+    assumed: dict[str, dict[str, Any]]  # job and cluster fields the record did not state: {"value": ..., "why": ...}
 
     @property
     def memory_model_miss(self) -> bool:
@@ -44,10 +44,11 @@ def run_job(record: RunRecord) -> JobSpec:
                    attention_kernel=kernel)  # fmt: skip
 
 
-def assumed_fields(record: RunRecord) -> dict[str, dict[str, str]]:
-    """Job fields the record leaves unstated, with the value assumed and why."""
+def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
+    """Job and cluster fields the record leaves unstated, with the value assumed and why."""
     kernel, why = record.attention_kernel()
-    return {} if why is None else {"attention_kernel": {"value": kernel, "why": why}}
+    cluster = {f"cluster.{k}": v for k, v in cluster_assumptions(record.cluster).items()}
+    return cluster | ({} if why is None else {"attention_kernel": {"value": kernel, "why": why}})
 
 
 def _pins(record: RunRecord) -> dict[str, Any]:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import csv
-import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.json_doc import parse_json
+from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
+from optlayout.inputs.numbers import number_from_text
+from optlayout.inputs.readers import RUNS
+from optlayout.layout.model import Recompute, Sharding
 from optlayout.presets import gpu_preset
 from optlayout.specs import AttentionKernel, ClusterSpec, ModelSpec, Precision
 
@@ -19,10 +24,10 @@ LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "micro_batch", "sharding", "recom
 
 
 class RunJob(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
-    seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0)
+    seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
+    global_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
     attention_kernel: AttentionKernel | None = Field(None, description="flash | flash2 | naive; null = not stated")
 
@@ -41,16 +46,16 @@ FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
 class RunLayout(BaseModel):
     """A layout as published: any field may be null (not published)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    tp: int | None = Field(None, ge=1)
-    pp: int | None = Field(None, ge=1)
-    cp: int | None = Field(None, ge=1)
-    dp: int | None = Field(None, ge=1)
-    vp: int | None = Field(None, ge=1)
-    micro_batch: int | None = Field(None, ge=1)
-    sharding: str | None = None
-    recompute: str | None = None
+    tp: int | None = Field(None, ge=1, le=MAX_GPUS)
+    pp: int | None = Field(None, ge=1, le=MAX_GPUS)
+    cp: int | None = Field(None, ge=1, le=MAX_GPUS)
+    dp: int | None = Field(None, ge=1, le=MAX_GPUS)
+    vp: int | None = Field(None, ge=1, le=MAX_LAYERS)
+    micro_batch: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH)
+    sharding: Annotated[Sharding, Strict(False)] | None = None  # the text "zero1" (strict is for the counts)
+    recompute: Annotated[Recompute, Strict(False)] | None = None
     sequence_parallel: bool | None = None
 
     def known(self) -> dict[str, Any]:
@@ -61,7 +66,7 @@ class RunLayout(BaseModel):
 
 
 class Measured(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
     tokens_per_s_per_gpu: float = Field(gt=0)
     derived_from: str = "tokens_per_s"
@@ -70,7 +75,7 @@ class Measured(BaseModel):
 class RunRecord(BaseModel):
     """One measured training run."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
     id: str
     source: str = ""
@@ -97,69 +102,82 @@ class RunRecord(BaseModel):
                 self.job.precision, self.attention_kernel()[0])  # fmt: skip
 
 
-def _record(raw: dict[str, Any], where: str) -> RunRecord:
+def _record(raw: Any, where: str) -> RunRecord:
+    if not isinstance(raw, dict):
+        raise InputError(f"runs: {where} is {_kind(raw)}, not a run-record object")
     model = raw.get("model")
     if isinstance(model, dict):  # the record format writes null for "not stated"
         raw = raw | {"model": {k: v for k, v in model.items() if v is not None}}
     try:
         return RunRecord.model_validate(raw)
     except pydantic.ValidationError as exc:
-        raise InputError(describe_validation_error(exc, where)) from None
+        raise InputError(describe_validation_error(exc, f"runs: {where}")) from None
 
 
-def _undot(row: Mapping[str | None, str | None]) -> dict[str, Any]:
-    """CSV columns `model.hidden`, `layout.tp`, ... -> nested dict; empty cells are null."""
+def _kind(value: object) -> str:
+    return {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
+
+
+def _undot(row: Mapping[str | None, str | list[str] | None], where: str) -> dict[str, Any]:
+    """CSV columns `model.hidden`, `layout.tp`, ... -> nested dict; empty cells are null; numbers are converted
+    explicitly (a non-finite number stays text, and its field refuses it)."""
     out: dict[str, Any] = {}
     for key, text in row.items():
-        if key is None:
-            continue
+        if key is None or isinstance(text, list):
+            raise InputError(f"runs: {where} has more cells than the header has columns")
         value: Any = None if text is None or text.strip() == "" or text.strip().lower() == "null" else text.strip()
         if isinstance(value, str):
             value = value.lower() == "true" if value.lower() in ("true", "false") else _number(value)
         node = out
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
+        for depth, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                parent = ".".join(parts[: depth + 1])
+                raise InputError(f"runs: {where}: column {key!r} conflicts with column {parent!r}")
+            node = child
+        if isinstance(node.get(parts[-1]), dict):
+            raise InputError(f"runs: {where}: column {key!r} conflicts with the columns under it ({key}.*)")
         node[parts[-1]] = value
     return out
 
 
 def _number(text: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
+    if text.lstrip("+-").isdigit() and text.isascii() and len(text) <= 40:
+        return int(text)
+    try:
+        return number_from_text(text, "cell")
+    except InputError:
+        return text
 
 
+@checked_arguments
 def read_runs(path: str | Path) -> list[RunRecord]:
     """Read run records from a `.jsonl`/`.json` or `.csv` file; errors name the line and field."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"runs: no such file {str(path)!r}")
-    text = path.read_text()
-    records: list[RunRecord] = []
+    text = RUNS.text(path)
     if path.suffix.lower() == ".csv":
-        for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
-            records.append(_record(_undot(row), f"{path.name} line {i}"))
+        records = [_record(_undot(row, where), where) for where, row in _csv_rows(text, path.name)]
+    elif text.lstrip().startswith("["):
+        items = parse_json(text, f"runs {path.name}")
+        records = [_record(item, f"{path.name} item {i}") for i, item in enumerate(items)]
     else:
-        stripped = text.lstrip()
-        if stripped.startswith("["):
-            try:
-                items = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"runs: {path.name} is not valid JSON ({exc.msg})") from None
-            records = [_record(item, f"{path.name} item {i}") for i, item in enumerate(items)]
-        else:
-            for i, line in enumerate(text.splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"runs: {path.name} line {i} is not valid JSON ({exc.msg})") from None
-                records.append(_record(raw, f"{path.name} line {i}"))
+        records = [
+            _record(parse_json(line, f"runs {path.name} line {i}"), f"{path.name} line {i}")
+            for i, line in enumerate(text.split("\n"), start=1)
+            if line.strip()
+        ]
     if not records:
         raise InputError(f"runs: {path.name} holds no run records")
     return records
+
+
+def _csv_rows(text: str, name: str) -> Iterator[tuple[str, dict[str | None, Any]]]:
+    reader = csv.DictReader(text.splitlines())
+    try:
+        for row in reader:
+            yield f"{name} line {reader.line_num}", row
+    except csv.Error as exc:
+        raise InputError(f"runs: {name} line {reader.line_num}: not valid CSV ({exc})") from None

@@ -31,6 +31,7 @@ from optlayout.cost import (
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import memory_per_gpu, stage_shape, state_bytes_per_gpu
 from optlayout.cost.step import step_time
+from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT
 from optlayout.layout.model import AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
@@ -116,8 +117,18 @@ MIB = 2**20
 
 
 def memory_mib(memory_bytes: float) -> int:
-    """Memory in whole MiB, rounded up: the unit of the `memory_fits` constraint."""
+    """Memory in whole MiB, rounded up: the unit of the `memory_fits` constraint (past the model's integer range,
+    one more than the largest capacity: it never fits, as it would not at its exact size)."""
+    if not memory_bytes < MAX_CPSAT_COEFFICIENT * MIB:
+        return MAX_CPSAT_COEFFICIENT + 1
     return int(-(-memory_bytes // MIB))
+
+
+def capacity_mib(capacity_bytes: float) -> int:
+    """Usable memory in whole MiB, the bound of `memory_fits`; no limit (infinity) is the largest integer."""
+    if not capacity_bytes < MAX_CPSAT_COEFFICIENT * MIB:
+        return MAX_CPSAT_COEFFICIENT
+    return int(capacity_bytes // MIB)
 
 
 THROUGHPUT_RESOLUTION = 1_000_000  # objective units per best-candidate throughput: 1e-6 relative resolution
@@ -319,7 +330,7 @@ class Limits:
 
 def passes_limits(candidate: Candidate, limits: Limits) -> bool:
     """The model's constraints checked on one candidate, in the model's own integer units."""
-    if memory_mib(candidate.evaluation.memory_per_gpu_bytes) > int(limits.memory_capacity_bytes // MIB):
+    if memory_mib(candidate.evaluation.memory_per_gpu_bytes) > capacity_mib(limits.memory_capacity_bytes):
         return False
     gb = candidate.layout.global_batch
     if limits.min_global_batch is not None and gb < limits.min_global_batch:

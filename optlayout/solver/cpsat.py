@@ -9,15 +9,18 @@ folded in, so the optimum is unique and deterministic. Top-K re-solves with a no
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from optlayout.errors import InputError
+from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MAX_CPSAT_SUM
 from optlayout.solver.candidates import (
-    MIB,
     Candidate,
     Limits,
+    capacity_mib,
     layout_identity,
     memory_mib,
     passes_limits,
@@ -36,6 +39,13 @@ class SolveResult:
     model_size: int
 
 
+def _check_range(values: list[int]) -> None:
+    """The coefficients of one constraint or of the objective fit CP-SAT's integers, and so does their sum."""
+    if max(map(abs, values), default=0) > MAX_CPSAT_COEFFICIENT + 1 or sum(map(abs, values)) > MAX_CPSAT_SUM:
+        raise InputError("model: the CP-SAT model's coefficients pass its integer range (too many layouts or too "
+                         "large a batch)")  # fmt: skip
+
+
 def solve_top_k(
     candidates: list[Candidate],
     limits: Limits,
@@ -47,18 +57,26 @@ def solve_top_k(
     t0 = time.perf_counter()
     if not candidates:
         return SolveResult("infeasible", [], 0.0, 0.0, 0)
+    for c in candidates:  # the cost model's figures are finite for every accepted input; say so if one is not
+        if not math.isfinite(c.cluster_tokens_per_s) or not c.cluster_tokens_per_s >= 0:
+            raise InputError(f"model: the cost model gives no finite throughput for {c.layout.short()}: the model, "
+                             "sequence or cluster is out of the range it models")  # fmt: skip
     scale = throughput_scale([c for c in candidates if passes_limits(c, limits)] or candidates)
     order = sorted(range(len(candidates)), key=lambda i: simplicity_key(candidates[i].layout))
     tie_rank = {i: len(candidates) - 1 - pos for pos, i in enumerate(order)}  # simpler -> larger bonus
     weight = len(candidates)
+    capacity = capacity_mib(limits.memory_capacity_bytes)
+    # memory past the capacity counts as capacity + 1 MiB: it does not fit either way, and stays a small integer
+    mem_mib = [min(memory_mib(c.evaluation.memory_per_gpu_bytes), capacity + 1) for c in candidates]
+    batches = [c.layout.global_batch for c in candidates]
+    coeffs = [scaled_throughput(c, scale) * weight + tie_rank[i] for i, c in enumerate(candidates)]
+    for values in (mem_mib, batches, coeffs):
+        _check_range(values)
 
     model = cp_model.CpModel()
     x = [model.new_bool_var(f"layout_{i}") for i in range(len(candidates))]
     model.add_exactly_one(x).with_name("exactly_one_layout")
-    capacity_mib = int(limits.memory_capacity_bytes // MIB)
-    mem_mib = [memory_mib(c.evaluation.memory_per_gpu_bytes) for c in candidates]
-    model.add(sum(m * xi for m, xi in zip(mem_mib, x, strict=True)) <= capacity_mib).with_name("memory_fits")
-    batches = [c.layout.global_batch for c in candidates]
+    model.add(sum(m * xi for m, xi in zip(mem_mib, x, strict=True)) <= capacity).with_name("memory_fits")
     gb = sum(b * xi for b, xi in zip(batches, x, strict=True))
     if limits.min_global_batch is not None:
         model.add(gb >= limits.min_global_batch).with_name("global_batch_min")
@@ -71,7 +89,6 @@ def solve_top_k(
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, c in enumerate(candidates):
         groups.setdefault(layout_identity(c.layout), []).append(i)
-    coeffs = [scaled_throughput(c, scale) * weight + tie_rank[i] for i, c in enumerate(candidates)]
     model.maximize(sum(c * xi for c, xi in zip(coeffs, x, strict=True)))
     build_s = time.perf_counter() - t0
 

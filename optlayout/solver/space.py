@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,7 +88,9 @@ def space_options(
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n in increasing order, in O(sqrt n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
@@ -207,9 +210,7 @@ def _groups(
         group_shardings = shardings if dp * cp > 1 else tuple(s for s in shardings if s == Sharding.none)
         if not group_shardings:
             continue
-        for mb in range(1, options.max_micro_batch + 1):
-            if mb * dp > hi or not _allowed(options, "micro_batch", mb):
-                continue
+        for mb in _micro_batches(options, dp, hi):
             for vp in vps:
                 if not _allowed(options, "vp", vp):
                     continue
@@ -219,6 +220,16 @@ def _groups(
                     degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "micro_batch": mb, "grad_accum": ga,
                                "first_stage_layers": first, "last_stage_layers": last}  # fmt: skip
                     yield LayoutGroup(degrees, group_shardings, recomputes, sps)
+
+
+def _micro_batches(options: SpaceOptions, dp: int, hi: int) -> list[int]:
+    """Micro-batches up to the search limit with mb x dp within the batch bound (a pin: only its value)."""
+    top = min(options.max_micro_batch, hi // dp)
+    pinned = options.pins.get("micro_batch")
+    if pinned is not None:
+        usable = isinstance(pinned, int) and pinned <= top and _allowed(options, "micro_batch", pinned)
+        return [pinned] if usable and isinstance(pinned, int) else []
+    return [mb for mb in range(1, top + 1) if _allowed(options, "micro_batch", mb)]
 
 
 def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: SpaceOptions) -> list[int]:
@@ -231,14 +242,19 @@ def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: Spa
     the tests use to check this reduction. Goodput keeps it exact: the effective time fraction does not
     depend on the accumulation (only on the degrees, sharding and stage split)."""
     first = max(-(-lo // per_step), pp if pp > 1 else 1)
-    values = [
-        ga
-        for ga in range(first, hi // per_step + 1)
-        if (vp == 1 or ga % pp == 0) and _allowed(options, "grad_accum", ga)
-    ]
-    if not values:
-        return []
+    last = hi // per_step
+
+    def legal(ga: int) -> bool:
+        return (vp == 1 or ga % pp == 0) and _allowed(options, "grad_accum", ga)
+
     if options.all_grad_accum:
-        return values
+        return [ga for ga in range(first, last + 1) if legal(ga)]
+    # the largest legal value, walking down (at most pp + the excluded values), never the whole range
+    pinned = options.pins.get("grad_accum")
+    top = min(last, pinned) if isinstance(pinned, int) else min(last, options.maxima.get("grad_accum", last))
+    largest = next((ga for ga in range(top, first - 1, -1) if legal(ga)), None)
+    if largest is None:
+        return []
     warmup_chunks = (pp - 1) * 2 + (vp - 1) * pp + 1
-    return [ga for ga in values[:-1] if vp > 1 and ga * vp < warmup_chunks] + [values[-1]]
+    below = range(first, min(largest, -(-warmup_chunks // vp))) if vp > 1 else range(0)
+    return [ga for ga in below if legal(ga)] + [largest]

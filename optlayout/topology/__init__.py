@@ -7,6 +7,7 @@ collective crosses (see `Topology`). File format: `topologies/README.md`.
 
 from optlayout.topology.load import (
     LoadedCluster,
+    cluster_assumptions,
     load_cluster,
     load_topology,
     parse_cluster_shorthand,
@@ -19,6 +20,7 @@ from optlayout.topology.model import Topology, ordered_gpu_nodes
 __all__ = [
     "LoadedCluster",
     "Topology",
+    "cluster_assumptions",
     "load_cluster",
     "load_topology",
     "ordered_gpu_nodes",

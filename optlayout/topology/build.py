@@ -17,6 +17,7 @@ from typing import Any
 import networkx as nx
 
 from optlayout.errors import InputError
+from optlayout.inputs.limits import MAX_GPUS, MAX_GRAPH_ELEMENTS
 from optlayout.specs import GpuSpec
 from optlayout.topology.schema import (
     SWITCH_TIERS,
@@ -274,13 +275,18 @@ def _checked_edge(edge: EdgeSpec, i: int, known: dict[str, Any], where: str = "s
 # ---------------------------------------------------------------------------------------------- fabric
 
 
+def servers_per_leaf(spec: FabricSpec, rails: int) -> int:
+    """Servers under one leaf (rail: 32, one DGX SU; fat-tree: as many as fill 32 ports)."""
+    return spec.servers_per_leaf or (32 if spec.kind == "rail" else max(1, 32 // max(rails, 1)))
+
+
 def add_fabric(b: GraphBuilder, nics: list[list[str]], spec: FabricSpec) -> None:
     """Leaves (per rail and pod, or per pod) and, with more than one pod, aggregated spine nodes."""
     rails = max((len(n) for n in nics), default=0)
     if rails == 0:
         return
     rail = spec.kind == "rail"
-    per_leaf = spec.servers_per_leaf or (32 if rail else max(1, 32 // rails))
+    per_leaf = servers_per_leaf(spec, rails)
     pods = ceil(len(nics) / per_leaf)
     down: dict[str, float] = {}
     latency = spec.leaf_latency_us * US
@@ -307,11 +313,48 @@ def add_fabric(b: GraphBuilder, nics: list[list[str]], spec: FabricSpec) -> None
             b.add_edge(leaf, spine, up, spec.spine_latency_us * US)
 
 
+# ---------------------------------------------------------------------------------------------- size
+
+
+def server_elements(part: ServerPart) -> tuple[int, int]:
+    """(nodes + edges, NICs) one server adds: an upper bound, known before anything is built."""
+    if part.server is not None:
+        nics = sum(n.kind == "nic" for n in part.server.nodes)
+        return len(part.server.nodes) + len(part.server.edges), nics
+    gps = part.gpu_count
+    su = part.scale_up or ScaleUpSpec()
+    nics = gps if part.nics.per_server is None else part.nics.per_server
+    scale = 2 * gps  # NVSwitch: at most a switch per GPU, one link each
+    if su.kind == "pcie":
+        switches = su.sockets * su.switches_per_socket
+        scale = su.sockets + 2 * switches + gps + su.sockets**2
+    elif su.kind == "mesh":
+        scale = gps * (min(su.domain_size or gps, gps) - 1) // 2
+    return gps + nics + max(gps, nics) + scale, nics
+
+
+def check_graph_size(servers: int, part: ServerPart | None, fabric: FabricSpec | None, listed: int = 0) -> None:
+    """Refuse, before building, a topology whose graph would pass `MAX_GRAPH_ELEMENTS` nodes and edges."""
+    per_server, nics = server_elements(part) if part is not None and servers else (0, 0)
+    total = servers * per_server + listed
+    if fabric is not None and nics:
+        pods = ceil(servers / servers_per_leaf(fabric, nics))
+        leaves = pods * (nics if fabric.kind == "rail" else 1)
+        spines = (fabric.spine_switches or nics) if pods > 1 else 0
+        total += servers * nics + leaves + spines + leaves * spines
+    if total > MAX_GRAPH_ELEMENTS:
+        raise InputError(
+            f"size: the graph would hold about {total:,} nodes and links, over {MAX_GRAPH_ELEMENTS:,} "
+            "(fewer servers, GPUs, NICs or switches)"
+        )
+
+
 # ---------------------------------------------------------------------------------------------- documents
 
 
 def build_generator(doc: GeneratorDoc, gpu: GpuSpec) -> GraphBuilder:
     """The generator form: `servers` copies of the server, then the fabric."""
+    check_graph_size(doc.servers, doc, doc.fabric)
     b = GraphBuilder()
     names = [f"s{k}" for k in range(doc.servers)]
     block = add_servers(b, names, doc, gpu)
@@ -321,9 +364,13 @@ def build_generator(doc: GeneratorDoc, gpu: GpuSpec) -> GraphBuilder:
 
 def build_explicit(doc: ExplicitDoc, gpu: GpuSpec) -> GraphBuilder:
     """The explicit form: listed nodes and edges; `server` nodes expand to `server_template`."""
-    b = GraphBuilder()
     servers = [n.id for n in doc.nodes if n.kind == "server"]
     template = doc.server_template
+    widest = max(template.gpu_count, server_elements(template)[1]) if template is not None else 1
+    check_graph_size(len(servers), template, None, len(doc.nodes) + len(doc.edges) * widest)
+    if servers and template is not None and len(servers) * template.gpu_count > MAX_GPUS:
+        raise InputError(f"nodes: {len(servers)} servers x {template.gpu_count} GPUs, over {MAX_GPUS:,} GPUs")
+    b = GraphBuilder()
     if servers and template is None:
         raise InputError(f"server_template: required for nodes of kind 'server' (e.g. {servers[0]!r})")
     block = add_servers(b, servers, template, gpu) if servers and template is not None else ServerBlock([], [])
@@ -346,16 +393,15 @@ def build_explicit(doc: ExplicitDoc, gpu: GpuSpec) -> GraphBuilder:
 def _add_explicit_edge(
     b: GraphBuilder, i: int, edge: EdgeSpec, servers: dict[str, tuple[list[str], list[str]]], gpu: GpuSpec
 ) -> None:
-    known = {**b.node, **servers}
     for end in ("a", "b"):
-        if getattr(edge, end) not in known:
+        if getattr(edge, end) not in b.node and getattr(edge, end) not in servers:
             raise InputError(f"edges[{i}].{end}: unknown node {getattr(edge, end)!r}")
     if edge.a == edge.b:
         raise InputError(f"edges[{i}]: an edge joins two different nodes (got {edge.a!r} twice)")
     if edge.a in servers or edge.b in servers:
         _add_server_edge(b, i, edge, servers, gpu)
         return
-    bandwidth = _checked_edge(edge, i, known, "edges")
+    bandwidth = _checked_edge(edge, i, b.node, "edges")
     if edge.b in b.adj[edge.a]:
         raise InputError(f"edges[{i}]: duplicate edge {edge.a!r} - {edge.b!r}")
     latency = edge.latency()

@@ -14,6 +14,7 @@ Figures the sources do not print are options with stated defaults, written into 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ from typing import Any, Literal
 import yaml
 
 from optlayout.errors import InputError
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.limits import MAX_GPUS_PER_SERVER, MAX_SERVERS, MAX_SWITCH_TIERS
+from optlayout.inputs.xml_doc import int_attribute, number_attribute, parse_xml
 from optlayout.presets import gpu_preset
 
 Doc = list[dict[str, Any]]  # nodes or edges of a topology document
@@ -58,6 +62,7 @@ class DiscoverOptions:
     notes: list[str] = field(default_factory=list)
 
 
+@checked_arguments
 def discover(source: str, text: str, options: DiscoverOptions | None = None) -> dict[str, Any]:
     """A topology document (dict) from the text of `source`; `options.notes` collects assumptions."""
     opts = options or DiscoverOptions()
@@ -116,6 +121,7 @@ class _Union:
 
     def __init__(self, items: list[str]) -> None:
         self.parent = {x: x for x in items}
+        self._order = {x: i for i, x in enumerate(items)}
 
     def find(self, x: str) -> str:
         while self.parent[x] != x:
@@ -126,7 +132,7 @@ class _Union:
     def union(self, a: str, b: str) -> None:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
-            self.parent[max(ra, rb, key=list(self.parent).index)] = min(ra, rb, key=list(self.parent).index)
+            self.parent[max(ra, rb, key=self._order.__getitem__)] = min(ra, rb, key=self._order.__getitem__)
 
     def groups(self) -> list[list[str]]:
         out: dict[str, list[str]] = {}
@@ -138,7 +144,9 @@ class _Union:
 # ---------------------------------------------------------------------------------------------- nvidia-smi
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|CPU)$")
+_CELL = re.compile(r"^(X|NV[0-9]{1,6}|PIX|PXB|PHB|NODE|SYS|SOC|CPU)$")
+MAX_SMI_DEVICES = 1024  # GPUs and NICs of one server
+MAX_NVLINKS = 64  # NVLinks between two GPUs (18 on H100)
 
 
 @dataclass
@@ -167,6 +175,10 @@ def parse_nvidia_smi(text: str) -> SmiMatrix:
         raise InputError("nvidia-smi: no header line with GPU0 (expected the output of `nvidia-smi topo -m`)")
     tokens = lines[head].split()
     devices = tokens[: tokens.index("CPU")] if "CPU" in tokens else tokens
+    if len(devices) > MAX_SMI_DEVICES:
+        raise InputError(f"nvidia-smi: {len(devices)} columns, over the {MAX_SMI_DEVICES} devices one server holds")
+    if len(set(devices)) != len(devices):
+        raise InputError("nvidia-smi: a device appears twice in the header line")
     cells: dict[tuple[str, str], str] = {}
     numa: dict[str, str] = {}
     numa_col = _affinity_column(tokens, len(devices))
@@ -180,7 +192,9 @@ def parse_nvidia_smi(text: str) -> SmiMatrix:
             raise InputError(f"nvidia-smi: row {row[0]} has {len(row) - 1} cells for {len(devices)} columns")
         for col, cell in zip(devices, row[1 : len(devices) + 1], strict=True):
             if not _CELL.match(cell):
-                raise InputError(f"nvidia-smi: unknown cell {cell!r} (row {row[0]}, column {col})")
+                raise InputError(f"nvidia-smi: unknown cell {cell[:20]!r} (row {row[0]}, column {col})")
+            if cell.startswith("NV") and not 1 <= int(cell[2:]) <= MAX_NVLINKS:
+                raise InputError(f"nvidia-smi: {cell[:20]} (row {row[0]}, column {col}): 1 to {MAX_NVLINKS} NVLinks")
             cells[(row[0], col)] = cell
         extra = row[len(devices) + 1 :]
         if numa_col is not None and len(extra) > numa_col and extra[numa_col].isdigit():
@@ -291,33 +305,35 @@ class _XmlServer:
 
 def from_nccl_xml(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     """One server from an NCCL topology dump, stamped `opts.servers` times."""
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as exc:
-        raise InputError(f"nccl-xml: not valid XML ({exc})") from None
+    root = parse_xml(text, "nccl-xml")
     if root.tag != "system":
         raise InputError(f"nccl-xml: the root element is <{root.tag}>, expected <system>")
     server = _XmlServer()
     cpus = root.findall("cpu")
     if not cpus:
         raise InputError("nccl-xml: no <cpu> element under <system>")
-    for i, cpu in enumerate(cpus):
-        cpu_id = f"cpu{cpu.get('numaid', i)}"
+    ids = [f"cpu{int_attribute(c, 'numaid', i, 'nccl-xml')}" for i, c in enumerate(cpus)]
+    if len(set(ids)) != len(ids):
+        raise InputError("nccl-xml: two <cpu> elements have the same numaid")
+    for cpu, cpu_id in zip(cpus, ids, strict=True):
         server.nodes.append({"id": cpu_id, "kind": "cpu"})
         for child in cpu:
             _xml_child(child, cpu_id, server, opts)
     socket = _socket_gbytes_per_s(cpus[0])
-    ids = [f"cpu{c.get('numaid', i)}" for i, c in enumerate(cpus)]
     for i, a in enumerate(ids):
         server.edges.extend({"a": a, "b": b, "gbytes_per_s": socket} for b in ids[i + 1 :])
     if not server.gpus:
         raise InputError('nccl-xml: no GPU (<pci class="0x03...">) in the file')
     guess = SM_PRESETS.get(max(server.sm)) if server.sm else None
     gpu = _gpu_name(opts, guess, f"cannot tell the GPU model from sm={sorted(server.sm) or 'none'}")
+    if len(server.gpus) > MAX_GPUS_PER_SERVER:
+        raise InputError(f"nccl-xml: {len(server.gpus)} GPUs, over {MAX_GPUS_PER_SERVER} in one server")
+    if len({dev for dev, _, _ in server.gpus}) != len(server.gpus):
+        raise InputError("nccl-xml: two GPUs have the same <gpu dev>")
     kind = _xml_nvlinks(server, gpu)
     server.gpus.sort(key=lambda g: g[0])
-    order = [g for _, g, _ in server.gpus]
-    server.nodes.sort(key=lambda n: order.index(n["id"]) if n["id"] in order else len(order))  # GPUs first
+    order = {g: i for i, (_, g, _) in enumerate(server.gpus)}
+    server.nodes.sort(key=lambda n: order.get(n["id"], len(order)))  # GPUs first
     speeds = sorted(set(server.nic_speeds))
     opts.notes.append(
         f"{len(order)} GPUs ({kind}), {len(server.nic_speeds)} NICs at {speeds} Gb/s; {opts.servers} server(s)"
@@ -331,15 +347,19 @@ def _socket_gbytes_per_s(cpu: ET.Element) -> float:
     if vendor == "AuthenticAMD":
         return SOCKET_GBYTES_PER_S["amd"]
     if vendor == "GenuineIntel":
-        return SOCKET_GBYTES_PER_S.get(f"intel-{cpu.get('modelid')}", SOCKET_GBYTES_PER_S["intel"])
+        model = int_attribute(cpu, "modelid", 0, "nccl-xml")
+        return SOCKET_GBYTES_PER_S.get(f"intel-{model}", SOCKET_GBYTES_PER_S["intel"])
     return DEFAULT_SOCKET_GBYTES_PER_S
 
 
 def _xml_link(pci: ET.Element) -> float:
     """A <pci> element's link to its parent, from link_speed ("16.0 GT/s PCIe") and link_width (0 = x16)."""
-    match = re.match(r"\s*([\d.]+)\s*GT/s", pci.get("link_speed", ""))
+    match = re.match(r"\s*([0-9]{1,4}(?:\.[0-9]{1,4})?)\s*GT/s", pci.get("link_speed", ""))
     gts = float(match.group(1)) if match else 8.0  # NCCL falls back to Gen3 too
-    width = int(pci.get("link_width") or 0) or 16
+    width = int_attribute(pci, "link_width", 0, "nccl-xml") or 16
+    if not 0 < gts <= 1000 or not 0 < width <= 64:
+        busid = pci.get("busid", "?")[:20]
+        raise InputError(f"nccl-xml: <pci busid={busid!r}>: link {gts:g} GT/s x{width} is not a PCIe link")
     return _pcie_gbytes_per_s(gts, width)
 
 
@@ -354,10 +374,10 @@ def _xml_child(elem: ET.Element, parent: str, server: _XmlServer, opts: Discover
     link = _xml_link(elem)
     if cls.startswith("0x03"):
         gpu = elem.find("gpu")
-        dev = int(gpu.get("dev", len(server.gpus))) if gpu is not None else len(server.gpus)
+        dev = int_attribute(gpu, "dev", len(server.gpus), "nccl-xml") if gpu is not None else len(server.gpus)
         node = f"gpu{dev}"
         if gpu is not None and gpu.get("sm"):
-            server.sm.add(int(gpu.get("sm", "0")))
+            server.sm.add(int_attribute(gpu, "sm", 0, "nccl-xml"))
         server.gpus.append((dev, node, gpu if gpu is not None else ET.Element("gpu")))
         server.busid_gpu[busid] = node
         server.nodes.append({"id": node, "kind": "gpu"})
@@ -379,7 +399,9 @@ def _xml_nets(nic: ET.Element, parent: str, link: float | None, server: _XmlServ
     """Each <net> port is one NIC node; speed is in Mb/s (400000 = NDR 400 Gb/s)."""
     for net in nic.findall("net") or [ET.Element("net")]:
         speed = net.get("speed")
-        gbps = opts.nic_gbps or (float(speed) / 1000 if speed else 400.0)
+        gbps = opts.nic_gbps or (number_attribute(net, "speed", 0.0, "nccl-xml") / 1000 if speed else 400.0)
+        if not gbps > 0:
+            raise InputError(f"nccl-xml: <net speed={speed!r}>: a NIC speed is a positive number of Mb/s")
         if speed is None and opts.nic_gbps is None:
             opts.notes.append("a NIC without <net speed>: assumed 400 Gb/s (--nic-gbps)")
         node = f"nic{len(server.nic_speeds)}"
@@ -397,7 +419,9 @@ def _xml_nvlinks(server: _XmlServer, gpu: str) -> str:
     for _, node, elem in server.gpus:
         links = 0
         for nv in elem.findall("nvlink"):
-            count = int(nv.get("count", "1"))
+            count = int_attribute(nv, "count", 1, "nccl-xml")
+            if not 1 <= count <= MAX_NVLINKS:
+                raise InputError(f"nccl-xml: <nvlink count={count}> of {node}: 1 to {MAX_NVLINKS} links")
             target = server.busid_gpu.get(nv.get("target", "").lower())
             if nv.get("tclass", "").lower() == "0x068000":
                 links += count
@@ -415,19 +439,28 @@ def _xml_nvlinks(server: _XmlServer, gpu: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- Slurm
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^([0-9]{1,18})(?:-([0-9]{1,18}))?$")
 
 
-def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist: `tux[0-3,12,18-20]`, `dev[00-05]` (zero padded), `a[1-2]-b[1-2]`, `x,y`."""
+def expand_hostlist(expr: str, limit: int = MAX_SERVERS) -> list[str]:
+    """Slurm hostlist: `tux[0-3,12,18-20]`, `dev[00-05]` (zero padded), `a[1-2]-b[1-2]`, `x,y`; more than
+    `limit` names is refused before any is made."""
     out: list[str] = []
     for item in _split_top(expr.strip()):
         parts = re.split(r"(\[[^\]]*\])", item)
         if any(("[" in p) != (p.startswith("[") and p.endswith("]")) or "]" in p.strip("[]") for p in parts):
-            raise InputError(f"slurm: bad hostlist {expr!r}")
-        choices = [_expand_bracket(p, expr) if p.startswith("[") else [p] for p in parts]
+            raise InputError(f"slurm: bad hostlist {_short(expr)!r}")
+        ranges = [_bracket_ranges(p, expr) if p.startswith("[") else None for p in parts]
+        count = math.prod(sum(hi - lo + 1 for lo, hi, _ in r) if r is not None else 1 for r in ranges)
+        if len(out) + count > limit:
+            raise InputError(f"slurm: hostlist {_short(expr)!r} names more than {limit:,} hosts")
+        choices = [_expand(r) if r is not None else [p] for p, r in zip(parts, ranges, strict=True)]
         out.extend("".join(c) for c in itertools.product(*choices))
     return out
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _split_top(expr: str) -> list[str]:
@@ -445,18 +478,22 @@ def _split_top(expr: str) -> list[str]:
     return [i for i in [*items, cur] if i]
 
 
-def _expand_bracket(group: str, expr: str) -> list[str]:
-    out: list[str] = []
+def _bracket_ranges(group: str, expr: str) -> list[tuple[int, int, int]]:
+    """`[00-05,7]` -> [(0, 5, 2), (7, 7, 0)]: (first, last, zero-padded width)."""
+    out = []
     for part in group[1:-1].split(","):
         match = _RANGE.match(part.strip())
         if not match:
-            raise InputError(f"slurm: bad range {part!r} in hostlist {expr!r}")
+            raise InputError(f"slurm: bad range {_short(part)!r} in hostlist {_short(expr)!r}")
         lo, hi = match.group(1), match.group(2) or match.group(1)
         if int(hi) < int(lo):
-            raise InputError(f"slurm: range {part!r} runs backwards in hostlist {expr!r}")
-        width = len(lo) if lo.startswith("0") else 0
-        out.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
+            raise InputError(f"slurm: range {part!r} runs backwards in hostlist {_short(expr)!r}")
+        out.append((int(lo), int(hi), len(lo) if lo.startswith("0") else 0))
     return out
+
+
+def _expand(ranges: list[tuple[int, int, int]]) -> list[str]:
+    return [str(i).zfill(width) for lo, hi, width in ranges for i in range(lo, hi + 1)]
 
 
 def parse_slurm(text: str) -> list[dict[str, str]]:
@@ -471,7 +508,9 @@ def parse_slurm(text: str) -> list[dict[str, str]]:
         for token in line.split():
             key, sep, value = token.partition("=")
             if not sep:
-                raise InputError(f"slurm: line {n}: expected Key=Value, got {token!r}")
+                raise InputError(f"slurm: line {n}: expected Key=Value, got {_short(token)!r}")
+            if key.lower() in record:
+                raise InputError(f"slurm: line {n}: {_short(key)} given twice")
             record[key.lower()] = value
         records.append(record)
     return records
@@ -507,15 +546,18 @@ def _template(opts: DiscoverOptions, scale_up: bool) -> dict[str, Any]:
 
 
 def _slurm_tree(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str) -> dict[str, Any]:
-    switches = {r["switchname"]: r for r in records if "switchname" in r}
-    children = {s: expand_hostlist(r["switches"]) if r.get("switches") else [] for s, r in switches.items()}
-    hosts = {s: expand_hostlist(r["nodes"]) if r.get("nodes") else [] for s, r in switches.items()}
+    switches = _named(records, "switchname")
+    children = _expanded(switches, "switches")
+    hosts = _expanded(switches, "nodes")
     for s, kids in children.items():
         for kid in kids:
             if kid not in switches:
-                raise InputError(f"slurm: switch {kid!r} (in Switches= of {s!r}) is not defined")
-    tiers = {s: _tier(s, children, set()) for s in switches}
-    parents = {kid: [s for s in switches if kid in children[s]] for kid in switches}
+                raise InputError(f"slurm: switch {_short(kid)!r} (in Switches= of {_short(s)!r}) is not defined")
+    tiers = _tiers(children)
+    parents: dict[str, list[str]] = {s: [] for s in switches}
+    for s in switches:
+        for kid in dict.fromkeys(children[s]):
+            parents[kid].append(s)
     roots = [s for s, p in parents.items() if not p]
     if len(roots) > 1:
         raise InputError(f"slurm: the tree has several roots ({', '.join(roots)}): their hosts cannot reach each other")
@@ -545,11 +587,49 @@ def _slurm_tree(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str) 
     }
 
 
-def _tier(switch: str, children: dict[str, list[str]], seen: set[str]) -> int:
-    if switch in seen:
-        raise InputError(f"slurm: switch {switch!r} is its own ancestor (a cycle in Switches=)")
-    kids = children[switch]
-    return 1 + max((_tier(k, children, seen | {switch}) for k in kids), default=0)
+def _named(records: list[dict[str, str]], key: str) -> dict[str, dict[str, str]]:
+    """The records that have `key` (SwitchName, BlockName), by name; a name defined twice is refused."""
+    out: dict[str, dict[str, str]] = {}
+    for r in records:
+        if key in r:
+            if r[key] in out:
+                raise InputError(f"slurm: {_short(r[key])!r} is defined twice")
+            out[r[key]] = r
+    return out
+
+
+def _expanded(records: dict[str, dict[str, str]], key: str) -> dict[str, list[str]]:
+    """Each record's hostlist `key`, expanded; all of them together name at most MAX_SERVERS."""
+    budget, out = MAX_SERVERS, {}
+    for name, record in records.items():
+        out[name] = expand_hostlist(record[key], budget) if record.get(key) else []
+        budget -= len(out[name])
+    return out
+
+
+def _tiers(children: dict[str, list[str]]) -> dict[str, int]:
+    """Tier of every switch, 1 + the highest tier below it (walked without recursion); a cycle, or a tree of more
+    than MAX_SWITCH_TIERS tiers, is refused."""
+    tier: dict[str, int] = {}
+    for root in children:
+        if root in tier:
+            continue
+        path, stack = {root}, [(root, iter(children[root]))]
+        while stack:
+            node, pending = stack[-1]
+            kid = next(pending, None)
+            if kid is None:
+                stack.pop()
+                path.discard(node)
+                tier[node] = 1 + max((tier[k] for k in children[node]), default=0)
+                if tier[node] > MAX_SWITCH_TIERS:
+                    raise InputError(f"slurm: the switch tree is deeper than {MAX_SWITCH_TIERS} tiers")
+            elif kid in path:
+                raise InputError(f"slurm: switch {_short(kid)!r} is its own ancestor (a cycle in Switches=)")
+            elif kid not in tier:
+                path.add(kid)
+                stack.append((kid, iter(children[kid])))
+    return {s: tier[s] for s in children}
 
 
 def _tier_kind(tier: int) -> str:
@@ -574,7 +654,7 @@ def _uplinks(
 
 
 def _slurm_block(records: list[dict[str, str]], opts: DiscoverOptions, gpu: str) -> dict[str, Any]:
-    blocks = {r["blockname"]: expand_hostlist(r.get("nodes", "")) for r in records if "blockname" in r}
+    blocks = _expanded(_named(records, "blockname"), "nodes")
     empty = [b for b, hosts in blocks.items() if not hosts]
     if empty:
         raise InputError(f"slurm: block {empty[0]!r} has no Nodes=")

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pydantic
-import yaml
 
 from optlayout.errors import InputError, describe_validation_error
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.numbers import int_from_text, number_from_text
+from optlayout.inputs.readers import TOPOLOGY
 from optlayout.presets import gpu_preset
 from optlayout.specs import ClusterSpec
 from optlayout.topology.build import build_explicit, build_generator, paused_gc
@@ -18,6 +20,26 @@ from optlayout.topology.model import Topology, ordered_gpu_nodes
 from optlayout.topology.schema import ExplicitDoc, FabricSpec, GeneratorDoc, NicSpec, ScaleUpSpec
 
 SHORTHAND_KEYS = tuple(ClusterSpec.model_fields)
+
+
+# What the shorthand assumes for each field it is not given, and why (said in every output, never silently).
+ASSUMED_BECAUSE = {
+    "gpus_per_node": "not given: 8 GPUs per node, as DGX/HGX servers",
+    "nvlink_domain": "not given: one NVLink domain per node",
+    "inter_node_gbps_per_gpu": "not given: 400 Gb/s of scale-out per GPU, one NDR NIC per GPU as DGX H100 "
+    "(DGX A100 has 200)",
+    "oversubscription": "not given: a non-blocking fabric",
+}
+
+
+def cluster_assumptions(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
+    """The shorthand's fields that were not given: {field: {"value": ..., "why": ...}}."""
+    defaults = {"nvlink_domain": spec.gpus_per_node}
+    return {
+        name: {"value": defaults.get(name, getattr(spec, name)), "why": why}
+        for name, why in ASSUMED_BECAUSE.items()
+        if name not in spec.model_fields_set
+    }
 
 
 @dataclass(frozen=True)
@@ -28,6 +50,11 @@ class LoadedCluster:
     topology: Topology
     shorthand: ClusterSpec | None = None
     generator_doc: dict[str, Any] | None = None
+
+    @property
+    def assumed(self) -> dict[str, dict[str, Any]]:
+        """The shorthand's assumed fields (see `cluster_assumptions`); none for a topology file."""
+        return cluster_assumptions(self.shorthand) if self.shorthand is not None else {}
 
 
 def load_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> LoadedCluster:
@@ -50,6 +77,7 @@ def load_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> L
     raise InputError(f"cluster: expected a topology file, a shorthand string or a ClusterSpec, got {spec!r}")
 
 
+@checked_arguments
 def load_topology(path: str | Path) -> Topology:
     """Read a topology YAML file (generator or explicit form)."""
     path = Path(path)
@@ -57,21 +85,8 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def read_topology_doc(path: Path) -> Any:
-    """The parsed document of a topology YAML file; one-line errors for a missing file or bad YAML."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"topology: no such file {str(path)!r}") from None
-    except OSError as exc:
-        raise InputError(f"topology: cannot read {str(path)!r} ({exc.strerror})") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise InputError(f"topology {path.name}: YAML syntax error{where}: {problem}") from None
-    return doc
+    """The parsed document of a topology YAML file (size-limited, UTF-8, duplicate keys and alias bombs refused)."""
+    return TOPOLOGY.yaml(path)
 
 
 def topology_from_dict(doc: Any, default_name: str = "topology", where: str = "topology") -> Topology:
@@ -121,9 +136,10 @@ def topology_from_cluster(cluster: ClusterSpec) -> Topology:
         return Topology(doc.name or "cluster", gpu, builder.graph(), names, doc.description)
 
 
+@checked_arguments
 def parse_cluster_shorthand(text: str) -> ClusterSpec:
     """`gpu=h100-sxm,gpus=16384,gpus_per_node=8` -> ClusterSpec (fields named in errors)."""
-    fields: dict[str, str] = {}
+    fields: dict[str, object] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
@@ -131,13 +147,30 @@ def parse_cluster_shorthand(text: str) -> ClusterSpec:
             raise InputError(f"cluster: expected key=value, got {part!r}")
         if key not in SHORTHAND_KEYS:
             raise InputError(f"cluster: unknown key {key!r}; valid: {', '.join(SHORTHAND_KEYS)}")
-        fields[key] = value.strip()
+        if key in fields:
+            raise InputError(f"cluster: {key} given twice")
+        fields[key] = _shorthand_value(key, value)
     if "gpu" not in fields or "gpus" not in fields:
         raise InputError(f"cluster: the shorthand needs gpu=... and gpus=... (got {text!r})")
     try:
         return ClusterSpec.model_validate(fields)
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "cluster")) from None
+
+
+def _shorthand_value(key: str, text: str) -> object:
+    """A shorthand value converted, explicitly, to its field's type (counts: integers; rates: finite numbers)."""
+    annotation = ClusterSpec.model_fields[key].annotation
+    if _holds(annotation, int):
+        return int_from_text(text, f"cluster: {key}")
+    if _holds(annotation, float):
+        return number_from_text(text, f"cluster: {key}")
+    return text.strip()
+
+
+def _holds(annotation: object, kind: type) -> bool:
+    """Whether a field annotation (`int`, `Annotated[int, ...] | None`) has values of `kind`."""
+    return annotation is kind or any(_holds(a, kind) for a in get_args(annotation))
 
 
 def resolve_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> Topology:

@@ -238,7 +238,10 @@ class Topology:
         if first == second:
             raise InputError("pairs: a rank is paired with itself")
         j = np.arange(count, dtype=np.int64)
-        return self._worst_group(np.sort(np.stack([first + j, second + j], axis=1), axis=1))
+        bw, lat = self._worst_group(np.sort(np.stack([first + j, second + j], axis=1), axis=1))
+        if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
+            raise InputError(f"topology: ranks {first}+j and {second}+j have no usable link (bandwidth {bw:g})")
+        return bw, lat
 
     def _worst_group(self, rows: np.ndarray) -> tuple[float, float]:
         """Worst bandwidth and worst latency over every group (a row of ascending distinct ranks), each read as
@@ -322,7 +325,10 @@ class Topology:
         if span > self.num_gpus:
             raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
         g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
-        return self._worst_group(((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride)
+        bw, lat = self._worst_group(((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride)
+        if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
+            raise InputError(f"topology: groups of {size} GPUs {stride} apart have no usable link (bandwidth {bw:g})")
+        return bw, lat
 
     # ------------------------------------------------------------------------------------------ display
 

@@ -6,9 +6,21 @@ Units at this edge are the ones people write: Gb/s for NICs (`gbps`), GB/s for s
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from optlayout.inputs.limits import (
+    MAX_GPUS,
+    MAX_GPUS_PER_SERVER,
+    MAX_LATENCY_S,
+    MAX_LINK_BYTES_PER_S,
+    MAX_OVERSUBSCRIPTION,
+    MAX_SERVERS,
+    MAX_SWITCH_TIERS,
+    MIN_LINK_BYTES_PER_S,
+)
+from optlayout.inputs.numbers import Count, NonNegativeCount, Real
 
 ScaleUpKind = Literal["nvswitch", "mesh", "pcie", "none"]
 FabricKind = Literal["rail", "fat-tree"]
@@ -18,44 +30,63 @@ SWITCH_TIERS = {"leaf": 1, "spine": 2, "core": 3}
 HOST_KINDS = frozenset({"pcie_switch", "cpu"})
 
 
+# Links in the units people write, bounded to [0.8 Mb/s, 8 Pb/s]; latencies to at most a second.
+Gbps = Annotated[Real, Field(ge=MIN_LINK_BYTES_PER_S * 8 / 1e9, le=MAX_LINK_BYTES_PER_S * 8 / 1e9)]
+GBytesPerS = Annotated[Real, Field(ge=MIN_LINK_BYTES_PER_S / 1e9, le=MAX_LINK_BYTES_PER_S / 1e9)]
+BytesPerS = Annotated[Real, Field(ge=MIN_LINK_BYTES_PER_S, le=MAX_LINK_BYTES_PER_S)]
+LatencyUs = Annotated[Real, Field(ge=0, le=MAX_LATENCY_S * 1e6)]
+LatencyS = Annotated[Real, Field(ge=0, le=MAX_LATENCY_S)]
+Oversubscription = Annotated[Real, Field(ge=1.0, le=MAX_OVERSUBSCRIPTION)]
+ServerCount = Annotated[Count, Field(le=MAX_GPUS_PER_SERVER)]
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `servers: true` or `servers: "4"` is refused, not read as 1 or 4; NaN and infinity are refused
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ScaleUpSpec(_Model):
     """How the GPUs of a server (or of a multi-server NVLink domain) talk to each other."""
 
     kind: ScaleUpKind = "nvswitch"
-    domain_size: PositiveInt | None = Field(None, description="GPUs per domain; default gpus_per_server")
-    gbytes_per_s: float | None = Field(
-        None, gt=0, description="per GPU, per direction: NVSwitch link, mesh total, or the GPU's PCIe link"
+    domain_size: Annotated[Count, Field(le=MAX_GPUS)] | None = Field(
+        None, description="GPUs per domain; default gpus_per_server"
     )
-    link_gbytes_per_s: float | None = Field(None, gt=0, description="mesh: one direct GPU-GPU link")
-    latency_us: float | None = Field(None, ge=0, description="one hop (GPU-switch, GPU-GPU, PCIe)")
-    sockets: PositiveInt = Field(2, description="pcie: CPU sockets per server")
-    switches_per_socket: PositiveInt = Field(1, description="pcie: PCIe switches under each socket")
-    uplink_gbytes_per_s: float | None = Field(None, gt=0, description="pcie: switch to CPU root port")
-    socket_gbytes_per_s: float = Field(16.0, gt=0, description="pcie: CPU-CPU link for cross-socket traffic")
+    gbytes_per_s: GBytesPerS | None = Field(
+        None, description="per GPU, per direction: NVSwitch link, mesh total, or the GPU's PCIe link"
+    )
+    link_gbytes_per_s: GBytesPerS | None = Field(None, description="mesh: one direct GPU-GPU link")
+    latency_us: LatencyUs | None = Field(None, description="one hop (GPU-switch, GPU-GPU, PCIe)")
+    sockets: Annotated[Count, Field(le=64)] = Field(2, description="pcie: CPU sockets per server")
+    switches_per_socket: Annotated[Count, Field(le=256)] = Field(1, description="pcie: PCIe switches under each socket")
+    uplink_gbytes_per_s: GBytesPerS | None = Field(None, description="pcie: switch to CPU root port")
+    socket_gbytes_per_s: GBytesPerS = Field(16.0, description="pcie: CPU-CPU link for cross-socket traffic")
 
 
 class NicSpec(_Model):
     """Scale-out NICs of one server."""
 
-    per_server: NonNegativeInt | None = Field(None, description="default: one per GPU")
-    gbps: float = Field(400.0, gt=0, description="Gb/s per NIC port (400 = NDR = 50e9 bytes/s)")
-    latency_us: float = Field(1.0, ge=0, description="GPU to NIC (PCIe + NIC)")
-    pcie_gbytes_per_s: float | None = Field(None, gt=0, description="GPU-NIC path; default: the NIC speed")
+    per_server: Annotated[NonNegativeCount, Field(le=MAX_GPUS_PER_SERVER)] | None = Field(
+        None, description="default: one per GPU"
+    )
+    gbps: Gbps = Field(400.0, description="Gb/s per NIC port (400 = NDR = 50e9 bytes/s)")
+    latency_us: LatencyUs = Field(1.0, description="GPU to NIC (PCIe + NIC)")
+    pcie_gbytes_per_s: GBytesPerS | None = Field(None, description="GPU-NIC path; default: the NIC speed")
 
 
 class FabricSpec(_Model):
     """Leaf/spine network joining the servers' NICs."""
 
     kind: FabricKind = "rail"
-    servers_per_leaf: PositiveInt | None = Field(None, description="rail: 32 (one SU); fat-tree: 32 NIC ports")
-    oversubscription: float = Field(1.0, ge=1.0, description="leaf downlink : uplink bandwidth")
-    spine_switches: PositiveInt | None = Field(None, description="aggregated spine nodes; default NICs per server")
-    leaf_latency_us: float = Field(0.5, ge=0, description="NIC to leaf hop")
-    spine_latency_us: float = Field(0.5, ge=0, description="leaf to spine hop")
+    servers_per_leaf: Annotated[Count, Field(le=MAX_SERVERS)] | None = Field(
+        None, description="rail: 32 (one SU); fat-tree: 32 NIC ports"
+    )
+    oversubscription: Oversubscription = Field(1.0, description="leaf downlink : uplink bandwidth")
+    spine_switches: Annotated[Count, Field(le=65_536)] | None = Field(
+        None, description="aggregated spine nodes; default NICs per server"
+    )
+    leaf_latency_us: LatencyUs = Field(0.5, description="NIC to leaf hop")
+    spine_latency_us: LatencyUs = Field(0.5, description="leaf to spine hop")
 
 
 class NodeSpec(_Model):
@@ -64,8 +95,10 @@ class NodeSpec(_Model):
     id: str = Field(min_length=1)
     kind: NodeKind
     server: str | None = Field(None, description="server name; required for gpu nodes of the explicit form")
-    gbps: float | None = Field(None, gt=0, description="nic: port speed in Gb/s")
-    tier: PositiveInt | None = Field(None, description="switch tier, when not implied by kind")
+    gbps: Gbps | None = Field(None, description="nic: port speed in Gb/s")
+    tier: Annotated[Count, Field(le=MAX_SWITCH_TIERS)] | None = Field(
+        None, description="switch tier, when not implied by kind"
+    )
 
 
 class EdgeSpec(_Model):
@@ -73,11 +106,11 @@ class EdgeSpec(_Model):
 
     a: str
     b: str
-    gbps: float | None = Field(None, gt=0)
-    gbytes_per_s: float | None = Field(None, gt=0)
-    bandwidth_Bps: float | None = Field(None, gt=0)
-    latency_us: float | None = Field(None, ge=0)
-    latency_s: float | None = Field(None, ge=0)
+    gbps: Gbps | None = None
+    gbytes_per_s: GBytesPerS | None = None
+    bandwidth_Bps: BytesPerS | None = None
+    latency_us: LatencyUs | None = None
+    latency_s: LatencyS | None = None
 
     @model_validator(mode="after")
     def _one_unit(self) -> EdgeSpec:
@@ -112,7 +145,7 @@ class ServerGraphSpec(_Model):
 class ServerPart(_Model):
     """What one server holds: GPUs with their scale-up links and NICs (generated or custom)."""
 
-    gpus_per_server: PositiveInt | None = None
+    gpus_per_server: ServerCount | None = None
     scale_up: ScaleUpSpec | None = None
     server: ServerGraphSpec | None = None
     nics: NicSpec = NicSpec()
@@ -128,6 +161,8 @@ class ServerPart(_Model):
         gpus = sum(n.kind == "gpu" for n in self.server.nodes)
         if gpus == 0:
             raise ValueError("server.nodes: a server needs at least one gpu node")
+        if gpus > MAX_GPUS_PER_SERVER:
+            raise ValueError(f"server.nodes: {gpus} gpu nodes, over {MAX_GPUS_PER_SERVER} per server")
         if self.gpus_per_server is not None and self.gpus_per_server != gpus:
             raise ValueError(f"gpus_per_server ({self.gpus_per_server}) != gpu nodes in server ({gpus})")
         return self
@@ -145,8 +180,14 @@ class GeneratorDoc(ServerPart):
     name: str | None = None
     description: str = ""
     gpu: str
-    servers: int = Field(gt=0, le=131_072, description="at most 2^17 servers (about a million GPUs)")
+    servers: Annotated[Count, Field(le=MAX_SERVERS)] = Field(description="at most 2^17 servers")
     fabric: FabricSpec = FabricSpec()
+
+    @model_validator(mode="after")
+    def _check_size(self) -> GeneratorDoc:
+        if self.servers * self.gpu_count > MAX_GPUS:
+            raise ValueError(f"servers x gpus per server = {self.servers * self.gpu_count:,} GPUs, over {MAX_GPUS:,}")
+        return self
 
 
 class ExplicitDoc(_Model):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import statistics
 import zlib
@@ -30,7 +31,11 @@ from typing import IO, Any
 
 import numpy as np
 
-from optlayout.errors import InputError, OptlayoutError
+from optlayout.errors import InputError
+from optlayout.inputs.arguments import checked_arguments
+from optlayout.inputs.files import check_readable
+from optlayout.inputs.json_doc import refuse_constant
+from optlayout.inputs.limits import MAX_EVENT_BYTES
 
 __all__ = [
     "CATEGORIES",
@@ -121,15 +126,15 @@ class TraceStream:
         self.path = Path(path)
         self.metadata: dict[str, Any] = {}
         self._chunk = chunk_chars
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(parse_constant=refuse_constant(f"trace {self.path}"))
         self._fh: IO[str] | None = None
         self._buf = ""
         self._pos = 0
         self._eof = False
 
     # -- low level ---------------------------------------------------------------------------------
-    def _fail(self, what: str) -> OptlayoutError:
-        return OptlayoutError(f"trace {self.path}: {what}")
+    def _fail(self, what: str) -> InputError:
+        return InputError(f"trace {self.path}: {what}")
 
     def _read(self, n: int) -> str:
         assert self._fh is not None
@@ -145,6 +150,8 @@ class TraceStream:
         if self._eof:
             return False
         pending = len(self._buf) - self._pos
+        if pending > MAX_EVENT_BYTES:
+            raise self._fail(f"one JSON value is longer than {MAX_EVENT_BYTES >> 20} MiB: not a profiler event")
         chunk = self._read(max(self._chunk, pending))
         if not chunk:
             self._eof = True
@@ -186,6 +193,12 @@ class TraceStream:
                 if exc.msg.startswith("Unterminated") or exc.pos >= len(self._buf.rstrip()) - 1:
                     raise self._fail(f"truncated: file ends {where}") from None
                 raise self._fail(f"invalid JSON {where} ({exc.msg})") from None
+            except RecursionError:
+                raise self._fail(f"a value nested too deep {where}") from None
+            except InputError:
+                raise
+            except ValueError:  # Python refuses to read an integer of more than 4,300 digits
+                raise self._fail(f"a number of thousands of digits {where}") from None
             # A number may continue in the next chunk: only trust a value that does not touch the end.
             if end >= len(self._buf) and self._fill():
                 continue
@@ -205,6 +218,7 @@ class TraceStream:
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Yield each trace event (a dict) in file order."""
+        check_readable(self.path, "trace")
         try:
             with self.path.open("rb") as raw:
                 magic = raw.read(2)
@@ -342,7 +356,30 @@ def _self_times(lane: _Lane) -> np.ndarray:
 def _rank_of(metadata: dict[str, Any]) -> int | None:
     info = metadata.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
-    return rank if isinstance(rank, int) else None
+    return rank if type(rank) is int else None
+
+
+_MAX_TIME_US = 1e17  # timestamps are microseconds since an epoch (1.7e15 in 2024); durations are shorter
+
+
+def _time_us(value: object, field: str, i: int, ev: dict[str, Any], stream: TraceStream) -> float:
+    """A timestamp or duration of event `i`: a finite number of microseconds (a duration is >= 0)."""
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer past 1.8e308
+        number = math.inf
+    if not (math.isfinite(number) and abs(number) <= _MAX_TIME_US) or (field == "dur" and number < 0):
+        what = "a duration >= 0" if field == "dur" else "a timestamp"
+        name = str(ev.get("name", ""))[:40]
+        raise stream._fail(f"event {i} ({name!r}): {field} is not {what} in us ({str(value)[:40]})")
+    return number
+
+
+def _lane_key(value: object, field: str, i: int, stream: TraceStream) -> object:
+    """A pid, tid, device or stream: a number or a name (None when absent)."""
+    if value is None or isinstance(value, int | str):
+        return value
+    raise stream._fail(f"event {i}: {field} must be a number or a string, got {type(value).__name__}")
 
 
 def summarize_trace(path: str | Path) -> TraceSummary:
@@ -356,13 +393,10 @@ def summarize_trace(path: str | Path) -> TraceSummary:
     gpu_steps: list[float] = []
     t_min, t_max = float("inf"), float("-inf")
     n_complete = 0
-    for ev in stream.events():
+    for i, ev in enumerate(stream.events()):
         if ev.get("ph") != "X":
             continue
-        try:
-            ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
-            continue
+        ts, dur = _time_us(ev.get("ts"), "ts", i, ev, stream), _time_us(ev.get("dur", 0.0), "dur", i, ev, stream)
         cat = str(ev.get("cat", "")).lower()
         name = str(ev.get("name", ""))
         if name.startswith(_STEP_PREFIX):
@@ -375,11 +409,13 @@ def summarize_trace(path: str | Path) -> TraceSummary:
         raw_args = ev.get("args")
         args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
         if cat in _GPU_CATS or (cat.endswith("kernel") and ("stream" in args or "device" in args)):
-            key = (args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
+            key = (_lane_key(args.get("device", ev.get("pid")), "device", i, stream),
+                   _lane_key(args.get("stream", ev.get("tid")), "stream", i, stream))  # fmt: skip
             gpu.setdefault(key, _Lane()).add(ts, dur, name_id)
             gpu_cat.setdefault(name_id, cat)
         else:
-            cpu.setdefault((ev.get("pid"), ev.get("tid")), _Lane()).add(ts, dur, name_id)
+            key = (_lane_key(ev.get("pid"), "pid", i, stream), _lane_key(ev.get("tid"), "tid", i, stream))
+            cpu.setdefault(key, _Lane()).add(ts, dur, name_id)
     if n_complete == 0:
         raise stream._fail("no complete ('X') events: the trace is empty")
 
@@ -654,15 +690,15 @@ def _verdict(report: ProfileReport) -> list[str]:
     return [first, second, third]
 
 
+@checked_arguments
 def analyze(paths: Sequence[str | Path], top: int = 10) -> ProfileReport:
     """Analyze one trace, or several (one per rank: `distributedInfo.rank` if present, else file order)."""
     if not paths:
         raise InputError("profile: give at least one trace file")
-    if top < 1:
-        raise InputError(f"top: must be at least 1 (got {top})")
+    if not 1 <= top <= 10_000:
+        raise InputError(f"top: must be 1 to 10,000 (got {top})")
     for p in paths:
-        if not Path(p).is_file():
-            raise InputError(f"trace {p}: no such file")
+        check_readable(p, "trace")
     summaries = [summarize_trace(p) for p in paths]
     op_time: dict[str, float] = {}
     op_cat: dict[str, str] = {}
