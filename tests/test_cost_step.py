@@ -115,3 +115,78 @@ def test_library_with_calibrated_params_matches_the_cli_default(capsys, monkeypa
     lib = estimate_layout("llama3.1-8b", "gpu=h100-sxm,gpus=8", job, parse_layout("tp=1,pp=1,dp=8,mb=1,ga=8"), params)
     assert lib.tokens_per_s_per_gpu == pytest.approx(cli_tps, rel=1e-12)
     assert params != DEFAULT_PARAMS  # the shipped profile moves the constants
+
+
+# --- attention at short key lengths, ring attention step by step ---------------------------------------------
+
+
+def test_attention_overhead_constant_reproduces_its_source() -> None:
+    """L0 = 235 keys: FlashAttention-3 on an H100 (head dim 128, non-causal, 16K tokens per batch; Tritonbench,
+    pytorch/benchmark PR #2391) measured 430, 517, 566, 590, 614, 621 TFLOP/s at 512 ... 16K keys; L / (L + L0)
+    times the long-sequence 630 TFLOP/s reproduces each within 1.5%."""
+    l0 = DEFAULT_PARAMS.attention_overhead_keys
+    for keys, measured in zip((512, 1024, 2048, 4096, 8192, 16384), (430.3, 517.1, 565.5, 590.2, 614.2, 620.7),
+                              strict=True):  # fmt: skip
+        assert 630 * keys / (keys + l0) == pytest.approx(measured, rel=0.015)
+
+
+def test_attention_length_factor_by_hand() -> None:
+    """Causal, one call over 8,192 keys: every query tile pays L0 = 235 keys and its half-used diagonal tile of
+    128: 1 + (128 + 2 x 235) / 8,192 = 1.073. Ring attention over cp 4 at 8K, load-balanced: step 0 causal over the
+    rank's 2,048 keys, 3 steps of 2,048 queries against 1,024 keys (the last rank's case): 1/4 x [(1 + 598 / 2,048)
+    + 3 x (1 + 235 / 1,024)] = 1.245. Non-causal, cp 2: two steps over 4,096 keys each: 1 + 235 / 4,096."""
+    from optlayout.cost.step import attention_length_factor
+
+    assert attention_length_factor(8192, 1, True, DEFAULT_PARAMS) == pytest.approx(1 + 598 / 8192)
+    assert attention_length_factor(8192, 4, True, DEFAULT_PARAMS) == pytest.approx(
+        ((1 + 598 / 2048) + 3 * (1 + 235 / 1024)) / 4
+    )
+    assert attention_length_factor(8192, 2, False, DEFAULT_PARAMS) == pytest.approx(1 + 235 / 4096)
+
+
+def test_ring_attention_exposes_each_step_that_its_exchange_outlasts() -> None:
+    """cp 4: 4 ms of attention forward is 4 steps of 1 ms; 6 ms of K/V exchange is 3 steps of 2 ms. Forward: each
+    exchange outlasts its step by 1 ms, 3 ms exposed; backward (K/V and their gradients, 4 ms a step, against
+    2.5 ms of attention): 4.5 ms. Summed over the layer instead (6 - 4 and 12 - 10) it would be 4 ms."""
+    from optlayout.cost.step import LayerTimes, stage_times
+
+    lt = LayerTimes(gemm_fwd_s=0.0, attention_fwd_s=4e-3, elementwise_fwd_s=0.0, tp_comm_fwd_s=0.0, cp_comm_fwd_s=6e-3)
+    model = model_preset("llama3.1-8b")
+    st = stage_times(model, JobSpec(seq_len=8192, global_batch=8), Layout(cp=4, dp=2), H100, DEFAULT_PARAMS,
+                     ((lt, 1),), False, False)  # fmt: skip
+    assert st.cp_exposed_s == pytest.approx(7.5e-3)
+
+
+def test_ring_attention_merges_each_steps_output_in_fp32() -> None:
+    """Llama 3.1 8B at 8K on cp 2: each of the 2 steps merges its partial output (4,096 tokens x 4,096 query
+    width) into the fp32 output, 10 B an element (Transformer Engine's out correction): 2 x 4,096 x 4,096 x 10 B =
+    335.5 MB at 0.8 x 3.35 TB/s = 0.125 ms more elementwise time than half the sequence without CP."""
+    model = model_preset("llama3.1-8b")
+    job = JobSpec(seq_len=8192, global_batch=8)
+    topo = topology_from_cluster(parse_cluster_shorthand("gpu=h100-sxm,gpus=8"))
+    ring = Layout(cp=2, dp=4)
+    with_cp = layer_times(model, job, ring, H100, group_links(topo, ring), DEFAULT_PARAMS).elementwise_fwd_s
+    half = JobSpec(seq_len=4096, global_batch=8)
+    plain = Layout(dp=8)
+    without = layer_times(model, half, plain, H100, group_links(topo, plain), DEFAULT_PARAMS).elementwise_fwd_s
+    assert with_cp - without == pytest.approx(2 * 4096 * 4096 * 10 / (0.8 * 3.35e12), rel=1e-9)
+
+
+# --- NCCL latency of data-parallel collectives -----------------------------------------------------------------
+
+
+def test_nccl_latency_by_hand_rings_grow_with_ranks_and_all_reduce_takes_the_tree_at_scale() -> None:
+    """NCCL's tuning model (src/graph/tuning.cc, Simple protocol): base 8.4 us, ring steps 3.4 us on NVLink and
+    14 us on the network, tree steps 4.0 us on NVLink and 14 us on the network.
+
+    64 ranks over 8 servers: an all-gather rings 63 steps, 7 of them between servers: 8.4 + 56 x 3.4 + 7 x 14 =
+    296.8 us. An all-reduce rings twice, 126 steps with 14 between servers: 8.4 + 112 x 3.4 + 14 x 14 = 585.2 us;
+    its tree goes up and down a chain of 7 NVLink steps and log2(8) = 3 network levels: 8.4 + 2 x (7 x 4 + 3 x
+    14) = 148.4 us, faster, so NCCL takes it. Inside one server (8 ranks) the ring wins: 8.4 + 14 x 3.4 = 56 us
+    against 8.4 + 2 x 7 x 4 = 64.4 us. A 1-byte buffer leaves the latency alone."""
+    from optlayout.cost.comm import Link, all_gather_s, all_reduce_s
+
+    wide, one_server = Link(64, 1e30, 0.0, domains=8), Link(8, 1e30, 0.0, domains=1)
+    assert all_gather_s(1.0, wide, 1.0, DEFAULT_PARAMS) == pytest.approx(296.8e-6, rel=1e-9)
+    assert all_reduce_s(1.0, wide, 1.0, DEFAULT_PARAMS) == pytest.approx(148.4e-6, rel=1e-9)
+    assert all_reduce_s(1.0, one_server, 1.0, DEFAULT_PARAMS) == pytest.approx(56e-6, rel=1e-9)

@@ -76,10 +76,12 @@ def test_estimate_then_emit_agree_on_the_cli(tmp_path, capsys, monkeypatch) -> N
 
 
 class _Recorder:
-    """A link source that records which (size, stride) groups the cost model asks for."""
+    """A link source that records which (size, stride) groups and which point-to-point pairs the cost model
+    asks for."""
 
     def __init__(self) -> None:
         self.asked: set[tuple[int, int]] = set()
+        self.pairs: set[tuple[int, int]] = set()
 
     def dim_bandwidth_Bps(self, size: int, stride: int) -> float:
         self.asked.add((size, stride))
@@ -87,6 +89,13 @@ class _Recorder:
 
     def dim_latency_s(self, size: int, stride: int) -> float:
         return 1e-6
+
+    def dim_domains(self, size: int, stride: int) -> int:
+        return 1
+
+    def pairs_link(self, first: int, second: int, count: int) -> tuple[float, float]:
+        self.pairs.update((first + j, second + j) for j in range(count))
+        return 1e9, 1e-6
 
 
 def _first_group(ranks: list[int]) -> tuple[int, int]:
@@ -112,9 +121,9 @@ def test_cost_model_prices_the_groups_of_the_rank_map(tp: int, cp: int, dp: int,
         assert getattr(links, name).size == size
         if size > 1:
             assert (size, stride) in source.asked, name
-    if pp > 1:  # neighbouring stages: rank 0 and its pipeline successor
-        successor = ranks.groups("pp")[0][1]
-        assert (2, successor) in source.asked
+    # every rank's link to its pipeline successor, on every stage boundary, and no other pair
+    successors = {(g[i], g[i + 1]) for g in ranks.groups("pp") for i in range(pp - 1)}
+    assert source.pairs == successors
 
 
 def test_a_launch_order_that_moves_groups_is_refused() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -190,6 +191,14 @@ def test_calibrate_writes_a_profile_that_changes_predictions(cli, tmp_path, comp
     assert set(cv["per_source"]) == sources and len(sources) >= 2
     assert all(isinstance(v, float) and v >= 0 for v in cv["per_source"].values())
     assert profile.report["runs"] == len(_raw_runs())
+    # uncalibrated: the default constants on the layouts `compare --calibration none` fills in
+    proc = cli("compare", str(RUNS_JSONL), "--calibration", "none", "--no-rank", "--json")
+    assert proc.returncode == 0, proc.stderr
+    signed = [r["predicted_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"] - 1
+              for r in json.loads(proc.stdout)["runs"]]  # fmt: skip
+    uncalibrated = profile.report["uncalibrated"]
+    assert uncalibrated["median_signed_error"] == pytest.approx(statistics.median(signed), rel=1e-9)
+    assert uncalibrated["mape"] == pytest.approx(statistics.mean(map(abs, signed)), rel=1e-9)
 
     proc = cli("compare", str(RUNS_JSONL), "--calibration", str(profile_path), "--no-rank", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -332,6 +341,48 @@ def test_cli_from_log_appends_records_that_feed_compare(cli, tmp_path):
     assert [row["id"] for row in rows] == ["meg", "titan"]
     assert rows[0]["measured_tokens_per_s_per_gpu"] == pytest.approx(10147.48, abs=0.01)
     assert set(rows[1]["filled_fields"]) == {"tp", "pp", "cp", "vp", "micro_batch", "sequence_parallel"}
+
+
+# --- a published layout the memory model cannot fit ----------------------------------------------------------
+
+OVER_MEMORY = FIXTURES / "over_memory.jsonl"
+
+
+def test_a_run_over_memory_is_predicted_and_marked_a_memory_model_miss():
+    """No completion of the pinned layout fits: 16 B/param x 8.03B parameters = 128.5 GB of training state on
+    every GPU (no sharding, tp = pp = 1) against 80 GiB. It ran, so it is predicted anyway (before: a NaN
+    capacity crashed the solver) and marked."""
+    from optlayout import estimate_layout
+    from optlayout.runs.predict import run_job
+
+    record = read_runs(OVER_MEMORY)[0]
+    pred = predict_run(record)
+    assert pred.memory_model_miss and not pred.prediction.fits
+    memory = pred.prediction.memory
+    state = memory["weights_bytes"] + memory["gradients_bytes"] + memory["optimizer_bytes"]
+    assert state == pytest.approx(16 * record.model.param_count)
+    assert pred.layout == Layout(cp=2, dp=4, micro_batch=1, grad_accum=32)
+    cluster = parse_cluster_shorthand("gpu=h100-sxm,gpus=8")
+    assert pred.prediction == estimate_layout(record.model, cluster, run_job(record), pred.layout)
+
+
+def test_compare_with_a_run_over_memory_reports_it_in_table_json_and_report(cli, tmp_path, capsys, monkeypatch):
+    from tests.conftest import run_main
+
+    html = tmp_path / "report.html"
+    proc = cli("compare", str(OVER_MEMORY), "--json", "--report", str(html))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    rows = {row["id"]: row for row in result["runs"]}
+    assert rows["constructed-over-memory-llama318b-bf16-8g"]["memory_model_miss"] is True
+    assert rows["dgxc-v24.11.1-llama318b-bf16-8g-35a9aec"]["memory_model_miss"] is False
+    assert result["summary"]["memory_model_misses"] == ["constructed-over-memory-llama318b-bf16-8g"]
+    assert all(math.isfinite(row["predicted_tokens_per_s_per_gpu"]) for row in result["runs"])
+    assert 'id="memory-misses"' in html.read_text() and "(over memory)" in html.read_text()
+    monkeypatch.setenv("COLUMNS", "250")  # one table row per line
+    code, out, err = run_main(capsys, monkeypatch, "compare", str(OVER_MEMORY), "--no-rank")
+    assert code == 0, err
+    assert "(over memory)" in out and "memory-model miss for 1 run" in out
 
 
 def test_megatron_log_states_its_run():

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+import numpy as np
 import pytest
 import typer
 import yaml
@@ -166,22 +167,60 @@ def test_pipeline_pair_and_group_order_do_not_matter():
     assert topo.group_bandwidth_Bps([300, 4, 17]) == topo.group_bandwidth_Bps([4, 17, 300])
 
 
-def test_dim_samples_a_bounded_number_of_groups(monkeypatch: pytest.MonkeyPatch):
+def test_dim_reads_every_group_and_caches(monkeypatch: pytest.MonkeyPatch):
     topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16384))
-    calls: list[int] = []
-    original = Topology._group
+    calls: list[tuple[int, ...]] = []
+    original = Topology._worst_group
 
-    def counting(self: Topology, ranks: Any) -> tuple[float, float]:
-        calls.append(len(ranks))
-        return original(self, ranks)
+    def counting(self: Topology, rows: Any) -> tuple[float, float]:
+        calls.append(rows.shape)
+        return original(self, rows)
 
-    monkeypatch.setattr(Topology, "_group", counting)
+    monkeypatch.setattr(Topology, "_worst_group", counting)
     topo._dims.clear()
-    assert topo.dim_bandwidth_Bps(2, 4096) == 50e9  # 8,192 groups in the world
-    assert len(calls) <= 64 and set(calls) == {2}
-    calls.clear()
+    assert topo.dim_bandwidth_Bps(2, 4096) == 50e9  # 8,192 groups in the world, all read at once
+    assert calls == [(8192, 2)]
     topo.dim_bandwidth_Bps(2, 4096)
-    assert calls == []  # cached
+    assert calls == [(8192, 2)]  # cached
+
+
+def test_dim_finds_tp_groups_straddling_an_nvl72_edge():
+    # tp 16 in 72-GPU NVLink domains: the group of ranks 64..79 holds 8 GPUs of each of the first two domains,
+    # joined by their NICs: 8 x 400 Gb/s = 400 GB/s per GPU (one ring per NIC), below NVLink5's 900 GB/s.
+    # A sample of 64 of the 144 groups (the reading before) picked none of the 16 straddling ones.
+    topo = topology_from_cluster(ClusterSpec(gpu="gb200", gpus=2304, gpus_per_node=4, nvlink_domain=72))
+    assert topo.group_bandwidth_Bps(range(64, 80)) == 400e9
+    assert topo.dim_bandwidth_Bps(16, 1) == 400e9
+    assert topo.dim_bandwidth_Bps(8, 1) == 900e9  # 72 / 8: every tp 8 group inside one domain
+
+
+def test_dim_matches_reading_group_by_group():
+    """The vectorized reading equals `_group` over every group, on files with mesh, PCIe, oversubscribed and
+    uneven (NVL72) structure."""
+    for topo in (shipped("mi300x"), shipped("pcie-a100-8x"), shipped("gb200-nvl72"),
+                 topology_from_cluster(ClusterSpec(gpu="gb200", gpus=720, gpus_per_node=4, nvlink_domain=72,
+                                                   oversubscription=2))):  # fmt: skip
+        n = topo.num_gpus
+        for size, stride in ((2, 1), (8, 1), (16, 1), (2, 8), (4, 5), (n // 8, 8), (2, n // 2)):
+            if n % (size * stride):
+                continue
+            span, groups = size * stride, n // (size * stride) * stride
+            worst = [topo._group(np.array([(g // stride) * span + g % stride + i * stride for i in range(size)]))
+                     for g in range(groups)]  # fmt: skip
+            assert topo._evaluate_dim(size, stride) == (min(b for b, _ in worst), max(l_ for _, l_ in worst))
+
+
+def test_stage_boundaries_are_read_one_by_one():
+    # Four 8-GPU servers, stages of 4 GPUs: boundary 0|1 (ranks 0-3 -> 4-7) stays on NVSwitch, 1|2 (4-7 -> 8-11)
+    # crosses servers, each GPU on its own 400 Gb/s NIC = 50 GB/s. The old pair sample (0, 4), (8, 12), ...
+    # read only the first kind.
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=32))
+    assert topo.pairs_link(0, 4, 4)[0] == 450e9
+    assert topo.pairs_link(4, 8, 4)[0] == 50e9
+    assert topo.pairs_link(28, 0, 4)[0] == 50e9  # the interleaved wrap, last stage -> first
+    assert topo.pairs_link(4, 8, 4) == topo._group(np.array([4, 8]))
+    with pytest.raises(OptlayoutError, match="pairs"):
+        topo.pairs_link(30, 0, 4)
 
 
 def test_dim_finds_the_slow_server_at_the_end():

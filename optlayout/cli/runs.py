@@ -90,7 +90,7 @@ def compare_command(
         table.add_row(
             row["id"],
             f"{row['measured_tokens_per_s_per_gpu']:,.0f}",
-            f"{row['predicted_tokens_per_s_per_gpu']:,.0f}",
+            f"{row['predicted_tokens_per_s_per_gpu']:,.0f}" + (" (over memory)" if row["memory_model_miss"] else ""),
             f"{row['ape']:.1%}",
             "" if rank is None else f"{rank}/{row['legal_layouts']}",
             "" if gain is None else f"{gain:+.1%}",
@@ -103,6 +103,12 @@ def compare_command(
     for text, n in sorted(assumptions.items()):
         common.console.print(f"assumed for {n} run{'s' if n > 1 else ''}: {text}")
     s = result["summary"]
+    if s["memory_model_misses"]:
+        n = len(s["memory_model_misses"])
+        common.console.print(
+            f"memory-model miss for {n} run{'s' if n > 1 else ''} (predicted over memory, yet it ran; predicted "
+            f"anyway): {', '.join(s['memory_model_misses'])}"
+        )
     order = s["pairwise_order_accuracy"]
     common.console.print(
         f"n={s['n']}  MAPE {s['mape']:.1%}  median APE {s['median_ape']:.1%}  pairwise order "
@@ -134,10 +140,11 @@ def calibrate_command(
     rep = fitted.report
     table = Table(title=f"calibration on {rep['runs']} runs -> {output}")
     table.add_column("MAPE")
-    for col in ("uncalibrated", "cross-validated (leave source out)", "in-sample"):
+    for col in ("leave source out", "leave GPU out", "in-sample", "uncalibrated"):
         table.add_column(col, justify="right")
-    keys = ("uncalibrated", "cross_validated_by_source", "in_sample")
+    keys = ("cross_validated_by_source", "cross_validated_by_gpu", "in_sample", "uncalibrated")
     table.add_row("all", *(f"{rep[k]['mape']:.1%}" for k in keys))
+    table.add_row("median signed error", *(f"{rep[k]['median_signed_error']:+.1%}" for k in keys))
     for source in rep["sources"]:
         table.add_row(source[:50], *(f"{rep[k]['per_source'][source]:.1%}" for k in keys))
     common.console.print(table)

@@ -2,7 +2,12 @@
 
 Bandwidth is the per-GPU, per-direction bandwidth the group gets from the topology graph (the links its
 collective crosses); the ring moves (n-1)/n of the buffer per GPU per pass (Patarasuk & Yuan 2009, NCCL's
-bus-bandwidth convention). Latency grows with log2(n), as NCCL's tree and NVLS algorithms do at scale.
+bus-bandwidth convention). Data-parallel collectives run on NCCL, whose own latency model this follows
+(src/graph/tuning.cc, v2.23.4 to v2.30, Simple protocol of large buffers): a base cost plus one step latency
+per ring step, NVLink steps inside a scale-up domain and network steps between domains, so all-gather and
+reduce-scatter (rings only) grow linearly with the ranks; all-reduce takes the faster of the ring and the tree
+(a chain inside each domain, log2 of the domains across), as NCCL's tuner does. Tensor-parallel collectives
+(overlapped GEMM + userbuffers exchange in Transformer Engine) pay the link latency per ring step.
 An all-to-all's link is its own (`Topology.dim_all_to_all_bandwidth_Bps`): the bytes per second at which the
 slowest member of the EP group scatters its whole buffer, its own share included.
 """
@@ -14,12 +19,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
+from optlayout.cost.params import CostParams
 from optlayout.layout.model import Layout
 from optlayout.layout.ranks import COSTED_ORDER, expert_grid, grid
 
 
 class LinkSource(Protocol):
-    """What the cost model needs from a topology: bandwidth and latency of a strided rank group."""
+    """What the cost model needs from a topology: bandwidth and latency of a strided rank group, and the worst
+    of the point-to-point pairs (first + j, second + j), j < count (a pipeline stage boundary)."""
 
     def dim_bandwidth_Bps(self, size: int, stride: int) -> float: ...
 
@@ -29,6 +36,10 @@ class LinkSource(Protocol):
 
     def dim_all_to_all_latency_s(self, size: int, stride: int) -> float: ...
 
+    def pairs_link(self, first: int, second: int, count: int) -> tuple[float, float]: ...
+
+    def dim_domains(self, size: int, stride: int) -> int: ...
+
 
 @dataclass(frozen=True)
 class Link:
@@ -37,6 +48,7 @@ class Link:
     size: int
     bandwidth_Bps: float
     latency_s: float
+    domains: int = 1  # scale-up domains the group spans (NCCL's nodes)
 
 
 @dataclass(frozen=True)
@@ -46,7 +58,8 @@ class GroupLinks:
     tp: Link
     cp: Link
     dp_cp: Link  # gradient reduction and optimizer sharding run over dp x cp
-    pp: Link  # a pair of neighbouring stages
+    pp: Link  # the slowest stage boundary of the steady state (worst bandwidth, worst latency): it sets the pace
+    pp_fill: tuple[Link, ...] = ()  # boundaries 0|1, ..., p-2|p-1: the warm-up and cool-down cross each once
     ep: Link = Link(1, math.inf, 0.0)  # the expert-parallel group's all-to-all (token dispatch and combine)
     etp: Link = Link(1, math.inf, 0.0)  # the expert-tensor-parallel group (gathers of the routed tokens)
     edp: Link = Link(1, math.inf, 0.0)  # the expert-data-parallel group (expert gradients and optimizer sharding)
@@ -54,12 +67,18 @@ class GroupLinks:
 
 def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
     """Place the layout's groups in `COSTED_ORDER` (Megatron's tp-cp-ep-dp-pp: TP fastest, then CP, DP, PP),
-    the expert groups in its expert grid (expert-TP fastest, then EP, expert-DP, PP), and read their links."""
+    the expert groups in its expert grid (expert-TP fastest, then EP, expert-DP, PP), and read their links.
+
+    Every pipeline stage boundary is read on its own: PP is the slowest axis of that order, so stage i holds
+    ranks [i*s, (i+1)*s) with s the PP stride, and each rank sends to the rank s above it. Interleaved (vp > 1),
+    the last stage also sends to the first (chunk k on stage p-1 feeds chunk k+1 on stage 0; Megatron's pipeline
+    ranks wrap around), so that boundary joins the steady state's, not the fill's."""
 
     def link(size: int, stride: int) -> Link:
         if size <= 1:
             return Link(1, math.inf, 0.0)
-        return Link(size, topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride))
+        bw, lat = topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride)
+        return Link(size, bw, lat, topology.dim_domains(size, stride))
 
     tp, cp, dp_cp, pp_stride = _dense_spans(layout.tp, layout.cp, layout.dp, layout.pp)
     etp, (size, stride), edp = _expert_spans(layout.etp, layout.ep, layout.edp, layout.pp)
@@ -67,8 +86,12 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
     if size > 1:
         a2a = Link(size, topology.dim_all_to_all_bandwidth_Bps(size, stride), topology.dim_all_to_all_latency_s(size,
                    stride))  # fmt: skip
-    pair = link(2, pp_stride) if layout.pp > 1 else link(1, 1)
-    return GroupLinks(tp=link(*tp), cp=link(*cp), dp_cp=link(*dp_cp), pp=pair, ep=a2a, etp=link(*etp),
+    p, s = layout.pp, pp_stride
+    fill = tuple(Link(2, *topology.pairs_link(i * s, (i + 1) * s, s)) for i in range(p - 1))
+    steady = fill + ((Link(2, *topology.pairs_link((p - 1) * s, 0, s)),) if layout.vp > 1 else ())
+    # the worst bandwidth and the worst latency of the boundaries, as the strided groups read their worst group
+    pp = Link(2, min(b.bandwidth_Bps for b in steady), max(b.latency_s for b in steady)) if steady else link(1, 1)
+    return GroupLinks(tp=link(*tp), cp=link(*cp), dp_cp=link(*dp_cp), pp=pp, pp_fill=fill, ep=a2a, etp=link(*etp),
                       edp=link(*edp))  # fmt: skip
 
 
@@ -91,24 +114,50 @@ def _expert_spans(etp: int, ep: int, edp: int, pp: int) -> tuple[Span, Span, Spa
     return experts.span(["tp"]), experts.span(["ep"]), experts.span(["dp"])
 
 
-def _latency(link: Link, passes: int) -> float:
-    return passes * math.ceil(math.log2(link.size)) * link.latency_s if link.size > 1 else 0.0
+def _ring_latency_s(link: Link, passes: int, params: CostParams | None) -> float:
+    """Ring latency: (n - 1) steps per pass. With `params`, NCCL's model: its base latency, NVLink steps inside
+    a domain and network steps between domains, (domains - 1) per pass; without, the group's link latency per
+    step (a ring of direct copies, as Transformer Engine's userbuffers exchange)."""
+    n, domains = link.size, max(1, min(link.domains, link.size))
+    steps = passes * (n - 1)
+    if params is None:
+        return steps * link.latency_s
+    net_steps = passes * (domains - 1)
+    return (
+        params.nccl_base_latency_s
+        + (steps - net_steps) * params.nccl_nvlink_step_latency_s
+        + net_steps * params.nccl_net_step_latency_s
+    )
 
 
-def all_reduce_s(buffer_bytes: float, link: Link, efficiency: float) -> float:
-    """Ring all-reduce of a buffer held whole by each of the group's GPUs."""
+def _tree_latency_s(link: Link, params: CostParams) -> float:
+    """NCCL tree all-reduce latency: up and down a chain inside each domain and a tree over the domains
+    (log2 rounded down, as NCCL's log2i)."""
+    n, domains = link.size, max(1, min(link.domains, link.size))
+    chain, tree = n // domains - 1, domains.bit_length() - 1
+    return params.nccl_base_latency_s + 2 * (
+        chain * params.nccl_tree_nvlink_step_latency_s + tree * params.nccl_net_step_latency_s
+    )
+
+
+def all_reduce_s(buffer_bytes: float, link: Link, efficiency: float, params: CostParams | None = None) -> float:
+    """All-reduce of a buffer held whole by each of the group's GPUs: ring bandwidth; with NCCL (`params`), the
+    faster of its ring and tree latencies."""
     if link.size <= 1 or buffer_bytes <= 0:
         return 0.0
     n = link.size
-    return 2 * (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + _latency(link, 2)
+    latency = _ring_latency_s(link, 2, params)
+    if params is not None:
+        latency = min(latency, _tree_latency_s(link, params))
+    return 2 * (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + latency
 
 
-def all_gather_s(buffer_bytes: float, link: Link, efficiency: float) -> float:
-    """All-gather (or reduce-scatter) whose full result is `buffer_bytes`."""
+def all_gather_s(buffer_bytes: float, link: Link, efficiency: float, params: CostParams | None = None) -> float:
+    """All-gather (or reduce-scatter) whose full result is `buffer_bytes`: a ring (NCCL's with `params`)."""
     if link.size <= 1 or buffer_bytes <= 0:
         return 0.0
     n = link.size
-    return (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + _latency(link, 1)
+    return (n - 1) / n * buffer_bytes / (link.bandwidth_Bps * efficiency) + _ring_latency_s(link, 1, params)
 
 
 reduce_scatter_s = all_gather_s

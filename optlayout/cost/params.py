@@ -48,6 +48,28 @@ class CostParams(BaseModel):
         "2024, abstract; FA2 reaches 35% of H100 peak): 1/1.75. PyTorch SDPA's FA2 backend ran at 329 TFLOP/s against "
         "cuDNN's 631 and FA3's 632 on an H100 (pytorch/pytorch issue #142132, Tritonbench): 0.52.",
     )
+    attention_overhead_keys: float = Field(
+        235.0,
+        ge=0,
+        description="L0 of the IO-aware attention kernel: a call over L keys runs at L / (L + L0) of its "
+        "long-sequence speed. Source: FlashAttention-3 on an H100, head dim 128, non-causal, 16K tokens per batch "
+        "(Tritonbench, pytorch/benchmark PR #2391): 430, 517, 566, 590, 614, 621 TFLOP/s at 512 ... 16K keys; "
+        "1/speed = (1 + L0/L)/speed_inf fits them within 1% with L0 = 235, speed_inf = 630.",
+    )
+    attention_tile: int = Field(
+        128,
+        ge=1,
+        description="key rows per tile of the attention kernel (a causal query tile also computes its diagonal "
+        "tile). Source: FlashAttention-2/3 forward blocks of 128 (FA3 hopper tile_size_fwd: 128 x 128 causal).",
+    )
+    cp_correction_bytes_per_element: float = Field(
+        10.0,
+        ge=0,
+        description="HBM bytes per output element and ring-attention step to merge that step's partial output "
+        "into the running output: read the fp32 output (4 B) and the step's bf16 output (2 B), write the fp32 "
+        "output (4 B). Source: Transformer Engine context_parallel.py flash_attn_fwd_out_correction, run once per "
+        "step.",
+    )
     gemm_tile: int = Field(
         128,
         ge=1,
@@ -82,8 +104,8 @@ class CostParams(BaseModel):
     backward_elementwise_ratio: float = Field(
         2.0,
         gt=0,
-        description="backward elementwise bytes / forward (reads "
-        "the saved input and the incoming gradient, writes one gradient)",
+        description="backward elementwise bytes / forward. Source: by hand, each elementwise op's backward reads "
+        "its saved input and the incoming gradient and writes one gradient: twice the forward's read-and-write.",
     )
     attention_backward_ratio: float = Field(
         2.5, gt=0, description="FLOPs of the attention backward / forward for IO-aware kernels (Dao 2023: 2.5x)"
@@ -111,7 +133,8 @@ class CostParams(BaseModel):
         0.0,
         ge=0,
         le=1,
-        description="fraction of TP collective time hidden under GEMMs. Megatron without --tp-comm-overlap hides none.",
+        description="fraction of TP collective time hidden under GEMMs. Source: Megatron-LM's --tp-comm-overlap "
+        "(Transformer Engine userbuffers) is off by default, and without it the TP collectives block: none hidden.",
     )
     dp_comm_overlap: float = Field(
         0.9,
@@ -120,9 +143,6 @@ class CostParams(BaseModel):
         description="fraction of the backward pass under which data-parallel gradient reduction (and FSDP gathers) "
         "can hide. Source: Megatron --overlap-grad-reduce / PyTorch DDP buckets start reducing as soon as a bucket "
         "is ready (Li et al. 2020, PyTorch Distributed); the last bucket stays exposed.",
-    )
-    pp_comm_overlap: float = Field(
-        0.5, ge=0, le=1, description="fraction of pipeline send/receive hidden (Megatron overlaps p2p by default)"
     )
     optimizer_bytes_moved_per_param: float = Field(
         30.0,
@@ -142,7 +162,46 @@ class CostParams(BaseModel):
     fsdp_prefetch_layers: int = Field(
         2, ge=1, description="unsharded layers alive at once under FSDP (current + prefetched next; PyTorch FSDP2)"
     )
-    step_overhead_s: float = Field(0.0, ge=0, description="fixed per-step host overhead (data loading, logging)")
+    step_overhead_s: float = Field(
+        0.0,
+        ge=0,
+        description="fixed per-step host overhead (data loading, logging). Source: none charged by default: "
+        "Megatron's and PyTorch's data loaders prefetch the next batches in worker processes while the step runs "
+        "(DataLoader num_workers, prefetch_factor); set it from a profile where the host is measured to stall.",
+    )
+    dp_bucket_param_count: float = Field(
+        40e6,
+        gt=0,
+        description="parameters per gradient bucket (one reduce-scatter / all-gather / all-reduce each), at least; "
+        "Source: Megatron-LM DistributedDataParallelConfig.bucket_size default max(40,000,000, 1,000,000 x dp).",
+    )
+    dp_bucket_param_count_per_rank: float = Field(
+        1e6, ge=0, description="bucket parameters per data-parallel rank (the 1,000,000 x dp of the same default)"
+    )
+    nccl_base_latency_s: float = Field(
+        8.4e-6,
+        ge=0,
+        description="fixed latency of one NCCL ring or tree collective, Simple protocol (large buffers). Source: "
+        "NCCL src/graph/tuning.cc (v2.23.4 to v2.30), baseLat[Ring][Simple] = baseLat[Tree][Simple] = 8.4 us.",
+    )
+    nccl_nvlink_step_latency_s: float = Field(
+        3.4e-6,
+        ge=0,
+        description="latency of one ring step over NVLink, Simple protocol. Source: NCCL src/graph/tuning.cc, "
+        "hwLat[NVLink][Ring][Simple] = 3.4 us (a step moves one chunk to the next rank and waits for it).",
+    )
+    nccl_net_step_latency_s: float = Field(
+        14e-6,
+        ge=0,
+        description="latency of one ring or tree step over the network, Simple protocol. Source: NCCL "
+        "src/graph/tuning.cc (v2.23.4 to v2.30), hwLat[Net][Ring][Simple] = hwLat[Net][Tree][Simple] = 14 us.",
+    )
+    nccl_tree_nvlink_step_latency_s: float = Field(
+        4e-6,
+        ge=0,
+        description="latency of one tree (chain) step over NVLink, Simple protocol. Source: NCCL src/graph/tuning.cc "
+        "(v2.23.4 to v2.30), hwLat[NVLink][Tree][Simple] = 4.0 us (28 us, and no base latency, up to v2.22).",
+    )
     # --- mixture-of-experts only (cost/moe.py); fitted on MoE runs alone, never from the dense ones ---
     grouped_gemm_efficiency_ratio: float = Field(
         0.95,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -82,6 +83,21 @@ def gemm_s(m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, param
     hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
     main_loop = max(flops / flops_per_s, 2.0 * (m * k + k * n) / hbm)
     return main_loop + 2.0 * m * n / hbm + params.kernel_overhead_s
+
+
+def attention_length_factor(seq_len: int, cp: int, causal: bool, params: CostParams) -> float:
+    """Time of the IO-aware attention of one sequence over its long-key-length time, for the keys each kernel call
+    sees: a call over L keys runs at L / (L + L0) of its long-sequence speed (a fixed cost per query tile, worth
+    L0 = `attention_overhead_keys` keys). Causal: each query tile also computes its diagonal key tile (T =
+    `attention_tile`), so a causal sequence of s keys costs 1 + (T + 2 L0) / s. Ring attention with the
+    load-balanced split (2cp chunks, rank r holds r and 2cp-1-r, as Megatron/TE) runs cp steps of equal work:
+    one causal over the rank's s/cp keys, then, on the slowest rank (the last, which sets the pace), cp - 1
+    steps of all its s/cp queries against the first half of a received chunk, s/(2cp) keys, each 1 + 2 cp L0 / s:
+    1 + (T + 2 L0 + 2 (cp - 1) L0) / s. Non-causal: every step sees s/cp keys."""
+    l0 = params.attention_overhead_keys
+    if not causal:
+        return 1.0 + l0 * cp / seq_len
+    return 1.0 + (params.attention_tile + 2 * l0 + 2 * (cp - 1) * l0) / seq_len
 
 
 @dataclass(frozen=True)
@@ -158,8 +174,9 @@ def _layer_base(
         efficiency = params.attention_efficiency
         if job.attention_kernel == "flash2" and gpu.arch in HOPPER_OR_NEWER:
             efficiency *= params.flash2_speed_on_hopper
-        # ring attention (CP) runs the kernel once per K/V chunk
-        attention = attn_flops / (bf16_peak * efficiency) + layout.cp * params.kernel_overhead_s
+        # ring attention (CP) runs the kernel once per K/V chunk, on shorter keys
+        length = attention_length_factor(job.seq_len, layout.cp, job.causal, params)
+        attention = attn_flops * length / (bf16_peak * efficiency) + layout.cp * params.kernel_overhead_s
     else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
         scores = model.heads / t * tokens * ctx
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
@@ -171,6 +188,8 @@ def _layer_base(
         + tokens * ffn_width * params.elementwise_bytes_per_token_ffn
         + tokens * mla_latent_elementwise_bytes(model)
     )
+    if layout.cp > 1:  # ring attention merges each step's partial output into the fp32 output (TE out correction)
+        elementwise_bytes += layout.cp * tokens * value * params.cp_correction_bytes_per_element
     if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
         elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * sum(k for _, k in shapes)
     elementwise = elementwise_bytes / hbm + 8 * params.kernel_overhead_s
@@ -235,10 +254,15 @@ def stage_times(
         elif layout.recompute == Recompute.selective:
             bwd += lt.attention_fwd_s
         tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * tp_passes
-        # Ring attention hides the K/V exchange under the attention of the chunk already received.
-        cp = max(0.0, lt.cp_comm_fwd_s - lt.attention_fwd_s) + max(
-            0.0, 2 * lt.cp_comm_fwd_s - params.attention_backward_ratio * lt.attention_fwd_s
-        )
+        # Ring attention hides each step's K/V exchange under the attention of the chunk already received, step
+        # by step: cp steps of equal work (load-balanced causal split), cp - 1 exchanges; the backward sends K/V
+        # and their gradients.
+        cp = 0.0
+        if layout.cp > 1:
+            exchange, step = lt.cp_comm_fwd_s / (layout.cp - 1), lt.attention_fwd_s / layout.cp
+            cp = (layout.cp - 1) * (
+                max(0.0, exchange - step) + max(0.0, 2 * exchange - params.attention_backward_ratio * step)
+            )
         fwd_s += count * fwd
         bwd_s += count * bwd
         tp_s += count * tp
@@ -283,31 +307,65 @@ def step_time(
     stage times that many layouts share: they depend only on (tp, cp, micro_batch, sequence_parallel, ep, etp),
     the layer kind, and the recomputation and stage shape.
     """
-    slowest = slowest_stage(model, job, layout, gpu, links, params, memo)
+    slowest, slowest_layers = _slowest_stage(model, job, layout, gpu, links, params, memo)
     m, p, v = layout.grad_accum, layout.pp, layout.vp
-    slots = m + (p - 1) / v
     eff = params.collective_efficiency
 
     # Pipeline: one activation (sequence-sharded with SP) forward and one gradient backward per chunk boundary.
+    # Warm-up and cool-down: the first forward and the last backward cross each of the p-1 boundaries once, on
+    # its own link, exposed. Steady state, paced by the slowest boundary: interleaved (v > 1), Megatron sends and
+    # receives asynchronously under the next chunk's compute (overlap_p2p_comm, on by default), so a message costs
+    # only what a chunk's forward or backward cannot cover; 1F1B (v = 1) exchanges block (Megatron turns the
+    # overlap off for it): a forward and a backward exchange per micro-batch on the critical path.
     pp_comm = 0.0
     if p > 1:
         tokens = job.seq_len * layout.micro_batch / layout.cp
         msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
-        pp_comm = slots * 2 * v * comm.p2p_s(msg, links.pp, eff) * (1 - params.pp_comm_overlap)
+        fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
+        send = comm.p2p_s(msg, links.pp, eff)
+        if v > 1:
+            f_chunk, b_chunk = slowest.compute_fwd_s / v, slowest.compute_bwd_s / v
+            steady = m * v * (max(0.0, send - f_chunk) + max(0.0, send - b_chunk))
+        else:
+            steady = m * 2 * send
+        pp_comm = steady + fill
 
-    # Data parallel: the dense parameters over dp x cp, the routed experts over expert-DP, both under the backward.
+    # Data parallel, in Megatron's buckets (one collective each; FSDP: one per layer): the dense parameters over
+    # dp x cp, the routed experts over expert-DP, both under the same compute.
     dense_param_count = param_count_on_gpu - expert_param_count_on_gpu
-    per_mb, under_bwd, under_fwd = _reductions(layout.sharding, dense_param_count, job, links.dp_cp, eff)
+    sets = [(dense_param_count, links.dp_cp)]
     if expert_param_count_on_gpu:
-        expert = _reductions(layout.sharding, expert_param_count_on_gpu, job, links.edp, eff)
-        per_mb, under_bwd, under_fwd = per_mb + expert[0], under_bwd + expert[1], under_fwd + expert[2]
+        sets.append((expert_param_count_on_gpu, links.edp))
     overlap = params.dp_comm_overlap
+
+    def bucketed(collective: Callable[[float, comm.Link, float, CostParams], float], bytes_per_param: float) -> float:
+        total = 0.0
+        for count, link in sets:
+            bucket = max(params.dp_bucket_param_count, params.dp_bucket_param_count_per_rank * link.size)
+            buckets = max(1, math.ceil(count / bucket))
+            total += buckets * collective(count * bytes_per_param / buckets, link, eff, params)
+        return total
+
+    grad_bytes, weight_bytes = job.grad_bytes_per_param, job.weight_bytes_per_param
     if layout.sharding == Sharding.fsdp:
-        dp_comm = m * max(0.0, per_mb - overlap * (slowest.compute_fwd_s + slowest.compute_bwd_s))
-    else:
+        # Per layer, per micro-batch: the next layer's weights are gathered under this layer's compute, forward
+        # and backward, and its gradients reduce-scattered under the backward; what a layer's compute cannot
+        # cover is exposed, and so are the first gather of each pass and the last reduce-scatter.
+        n = slowest_layers
+        ag = sum(comm.all_gather_s(c * weight_bytes / n, link, eff, params) for c, link in sets)
+        rs = sum(comm.reduce_scatter_s(c * grad_bytes / n, link, eff, params) for c, link in sets)
+        fwd_layer, bwd_layer = slowest.compute_fwd_s / n, slowest.compute_bwd_s / n
+        per_mb = 2 * ag + rs + (n - 1) * (max(0.0, ag - overlap * fwd_layer) + max(0.0, ag + rs - overlap * bwd_layer))
+        dp_comm = m * per_mb
+    elif layout.sharding == Sharding.zero2:
+        per_mb = bucketed(comm.reduce_scatter_s, grad_bytes)
         dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, under_bwd - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, under_fwd - overlap * slowest.compute_fwd_s)
+        dp_comm += max(0.0, bucketed(comm.all_gather_s, weight_bytes) - overlap * slowest.compute_fwd_s)
+    elif layout.sharding == Sharding.zero1:
+        dp_comm = max(0.0, bucketed(comm.reduce_scatter_s, grad_bytes) - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, bucketed(comm.all_gather_s, weight_bytes) - overlap * slowest.compute_fwd_s)
+    else:
+        dp_comm = max(0.0, bucketed(comm.all_reduce_s, grad_bytes) - overlap * slowest.compute_bwd_s)
 
     sharded = layout.sharding != Sharding.none
     local_param_count = dense_param_count / (links.dp_cp.size if sharded else 1)
@@ -340,10 +398,24 @@ def slowest_stage(
     memo: dict[tuple[object, ...], Any] | None = None,
 ) -> StageTimes:
     """One micro-batch's times on the slowest pipeline stage (see `step_time` for `memo`)."""
+    return _slowest_stage(model, job, layout, gpu, links, params, memo)[0]
+
+
+def _slowest_stage(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+) -> tuple[StageTimes, int]:
+    """The slowest stage's times per micro-batch and the layers it holds."""
     held = rank_kinds(model.layer_kinds, layout)
     shapes = {(mix, i == 0, i == layout.pp - 1) for i, mix in enumerate(held)}  # stages alike cost alike
-    stages = [_stage(model, job, layout, gpu, links, params, memo, *shape) for shape in sorted(shapes)]
-    return max(stages, key=lambda st: st.total_s)
+    stages = [(_stage(model, job, layout, gpu, links, params, memo, *shape), sum(n for _, n in shape[0]))
+              for shape in sorted(shapes)]  # fmt: skip
+    return max(stages, key=lambda stage: stage[0].total_s)
 
 
 def whole_model_s(
@@ -418,20 +490,3 @@ def step_floor_s(
     traffic, optimizer and overhead): a lower bound on its step time that needs no parameter counts."""
     total = slowest_stage(model, job, layout, gpu, links, params, memo).total_s
     return (layout.grad_accum + (layout.pp - 1) / layout.vp) * total
-
-
-def _reductions(
-    sharding: Sharding, param_count: float, job: JobSpec, link: comm.Link, eff: float
-) -> tuple[float, float, float]:
-    """Seconds of a parameter set's data-parallel traffic: (per micro-batch, once under the backward, once under
-    the forward). FSDP gathers the weights twice and reduce-scatters the gradients per micro-batch; ZeRO-2
-    reduce-scatters per micro-batch and gathers once; ZeRO-1 reduce-scatters and gathers once; DDP all-reduces."""
-    grads = param_count * job.grad_bytes_per_param
-    weights = param_count * job.weight_bytes_per_param
-    if sharding == Sharding.fsdp:
-        return 2 * comm.all_gather_s(weights, link, eff) + comm.reduce_scatter_s(grads, link, eff), 0.0, 0.0
-    if sharding == Sharding.zero2:
-        return comm.reduce_scatter_s(grads, link, eff), 0.0, comm.all_gather_s(weights, link, eff)
-    if sharding == Sharding.zero1:
-        return 0.0, comm.reduce_scatter_s(grads, link, eff), comm.all_gather_s(weights, link, eff)
-    return 0.0, comm.all_reduce_s(grads, link, eff), 0.0

@@ -4,8 +4,9 @@ orders the layouts of one group (same model, cluster, sequence, batch and precis
 Input: the dict `optlayout compare --json` prints:
     {"runs": [{"id", "source", "group", "measured_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu",
                "ape", "measured_mfu", "predicted_mfu", "filled_fields", "layout", "measured_layout_rank",
-               "legal_layouts", "solver_pick", "solver_predicted_gain"}, ...],
-     "summary": {"n", "mape", "median_ape", "pairwise_order_accuracy", "pairs", "per_source", "worst"}}
+               "legal_layouts", "solver_pick", "solver_predicted_gain", "memory_model_miss"}, ...],
+     "summary": {"n", "mape", "median_ape", "pairwise_order_accuracy", "pairs", "per_source", "worst",
+                 "memory_model_misses"}}
 APE and MAPE are fractions (0.12 = 12%), as MFU is.
 """
 
@@ -127,6 +128,13 @@ def _summary(summary: Mapping[str, Any], anchors: Mapping[str, str]) -> str:
                 table_id="per-source-table",
                 sortable=True,
             )
+        )
+    misses = summary.get("memory_model_misses")
+    if isinstance(misses, list) and misses:
+        links = ", ".join(f'<a href="#{anchors[str(w)]}">{esc(w)}</a>' if str(w) in anchors else esc(w) for w in misses)
+        out.append(
+            f'<p class="note" id="memory-misses">Memory-model misses (predicted over memory, yet they ran; '
+            f"predicted anyway): {links}</p>"
         )
     worst = summary.get("worst")
     if isinstance(worst, list) and worst:

@@ -190,9 +190,9 @@ def identifiable(cases: Sequence[_Case], base: CostParams, names: Sequence[str])
     return keep
 
 
-def _ape(case: _Case, params: CostParams) -> float:
-    measured = case.prediction.record.measured.tokens_per_s_per_gpu
-    return abs(case.predicted_tps(params) - measured) / measured
+def _error(case: _Case, params: CostParams) -> float:
+    """Signed relative error of tokens/s/GPU: predicted / measured - 1 (positive: optimistic)."""
+    return case.predicted_tps(params) / case.prediction.record.measured.tokens_per_s_per_gpu - 1
 
 
 def _fit_calibration(cases: Sequence[_Case]) -> tuple[CostParams, dict[str, CostParams]]:
@@ -211,6 +211,20 @@ def _params(global_params: CostParams, per_key: dict[str, CostParams], case: _Ca
     return per_key.get(calibration_key(rec.cluster.gpu, rec.job.precision), global_params)
 
 
+def _cross_validate(
+    cases: Sequence[_Case], fold_of: Callable[[_Case], str], say: Callable[[str], None], what: str
+) -> dict[int, float]:
+    """Signed error of every run predicted by constants fitted on the runs of the other folds."""
+    out: dict[int, float] = {}
+    for fold in sorted({fold_of(c) for c in cases}):
+        say(f"cross-validation: holding out {what} {fold[:60]}")
+        g, per_key = _fit_calibration([c for c in cases if fold_of(c) != fold])
+        for c in cases:
+            if fold_of(c) == fold:
+                out[id(c)] = _error(c, _params(g, per_key, c))
+    return out
+
+
 def calibrate(
     records: Sequence[RunRecord],
     fitted_on: str,
@@ -218,9 +232,10 @@ def calibrate(
     shared: Calibration | None = None,
 ) -> Calibration:
     """Fit a calibration on all runs and report its cross-validated error: the dense constants on the dense runs
-    (leave one source out), then the MoE-only constants (`MOE_FITTED`) on the mixture-of-experts runs, on top of
-    those dense constants (leave one model out). Without dense runs the dense constants are `shared`'s (default:
-    the shipped calibration), never refit from MoE runs."""
+    (leaving one source out, and leaving one GPU out: a held-out GPU gets the constants fitted on the other GPUs),
+    then the MoE-only constants (`MOE_FITTED`) on the mixture-of-experts runs, on top of those dense constants
+    (leave one model out). Without dense runs the dense constants are `shared`'s (default: the shipped
+    calibration), never refit from MoE runs."""
     say = progress or (lambda _msg: None)
     dense = [r for r in records if r.model.moe is None]
     moe = [r for r in records if r.model.moe is not None]
@@ -243,32 +258,36 @@ def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable
     say(f"filling layouts of {len(records)} runs")
     cases = prepare(records, lambda _g, _p: DEFAULT_PARAMS)
     sources = sorted({c.prediction.record.source for c in cases})
-    uncal = {id(c): _ape(c, DEFAULT_PARAMS) for c in cases}
-    cv: dict[int, float] = {}
-    for source in sources:
-        say(f"cross-validation: holding out {source[:60]}")
-        train = [c for c in cases if c.prediction.record.source != source]
-        g, per_key = _fit_calibration(train)
-        for c in cases:
-            if c.prediction.record.source == source:
-                cv[id(c)] = _ape(c, _params(g, per_key, c))
+    uncal = {id(c): _error(c, DEFAULT_PARAMS) for c in cases}
+    cv = _cross_validate(cases, lambda c: c.prediction.record.source, say, "source")
+    cv_gpu = _cross_validate(cases, lambda c: c.prediction.record.cluster.gpu, say, "GPU")
     say("fitting on all runs")
     g, per_key = _fit_calibration(cases)
-    insample = {id(c): _ape(c, _params(g, per_key, c)) for c in cases}
+    insample = {id(c): _error(c, _params(g, per_key, c)) for c in cases}
 
-    def table(apes: dict[int, float]) -> dict[str, Any]:
+    def table(errors: dict[int, float]) -> dict[str, Any]:
         by_source: dict[str, list[float]] = defaultdict(list)
         by_key: dict[str, list[float]] = defaultdict(list)
         for c in cases:
             rec = c.prediction.record
-            by_source[rec.source].append(apes[id(c)])
-            by_key[calibration_key(rec.cluster.gpu, rec.job.precision)].append(apes[id(c)])
-        vals = list(apes.values())
+            by_source[rec.source].append(errors[id(c)])
+            by_key[calibration_key(rec.cluster.gpu, rec.job.precision)].append(errors[id(c)])
+
+        def mape(signed: list[float]) -> float:
+            return round(statistics.mean(map(abs, signed)), 4)
+
+        def median(signed: list[float]) -> float:
+            return round(statistics.median(signed), 4)
+
+        signed = list(errors.values())
         return {
-            "mape": statistics.mean(vals),
-            "median_ape": statistics.median(vals),
-            "per_source": {s: round(statistics.mean(v), 4) for s, v in sorted(by_source.items())},
-            "per_gpu_precision": {k: round(statistics.mean(v), 4) for k, v in sorted(by_key.items())},
+            "mape": statistics.mean(map(abs, signed)),
+            "median_ape": statistics.median(map(abs, signed)),
+            "median_signed_error": statistics.median(signed),
+            "per_source": {s: mape(v) for s, v in sorted(by_source.items())},
+            "per_gpu_precision": {k: mape(v) for k, v in sorted(by_key.items())},
+            "per_source_median_signed_error": {s: median(v) for s, v in sorted(by_source.items())},
+            "per_gpu_precision_median_signed_error": {k: median(v) for k, v in sorted(by_key.items())},
         }
 
     names = list(FITTED)
@@ -282,6 +301,7 @@ def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable
             "sources": sources,
             "uncalibrated": table(uncal),
             "cross_validated_by_source": table(cv),
+            "cross_validated_by_gpu": table(cv_gpu),
             "in_sample": table(insample),
         },
     )
@@ -304,7 +324,7 @@ def calibrate_moe(
         return _fit_moe(train, base) if train else {}
 
     def apes(values: dict[str, float], which: Sequence[_Case]) -> dict[int, float]:
-        return {id(c): _ape(c, base(c).model_copy(update=values)) for c in which}
+        return {id(c): abs(_error(c, base(c).model_copy(update=values))) for c in which}
 
     uncal = apes({}, cases)
     cv: dict[int, float] = {}

@@ -184,6 +184,7 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
         "assumed": pred.assumed,
         "layout": pred.layout.model_dump(mode="json"),
         "predicted_fits_memory": pred.prediction.fits,
+        "memory_model_miss": pred.memory_model_miss,
         "measured_layout_rank": None,
         "legal_layouts": None,
         "solver_pick": None,
@@ -235,4 +236,5 @@ def summarize(preds: list[RunPrediction], rows: list[dict[str, Any]]) -> dict[st
             for s, v in sorted(per_source.items())
         },
         "worst": [r["id"] for r in worst],
+        "memory_model_misses": [p.record.id for p in preds if p.memory_model_miss],
     }

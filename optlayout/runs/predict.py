@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +11,7 @@ from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.layout import layout_problems
 from optlayout.runs.records import RunRecord
-from optlayout.solver.candidates import Limits
+from optlayout.solver.candidates import Limits, rank_key, throughput_scale
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions
 from optlayout.specs import JobSpec, Layout, Recompute, Sharding
@@ -28,6 +27,11 @@ class RunPrediction:
     filled_fields: dict[str, object]
     prediction: Prediction
     assumed: dict[str, dict[str, Any]]  # job and cluster fields the record did not state: {"value": ..., "why": ...}
+
+    @property
+    def memory_model_miss(self) -> bool:
+        """The run ran, yet the memory model puts every completion of its layout over the GPU's memory."""
+        return not self.prediction.fits
 
     @property
     def ape(self) -> float:
@@ -63,7 +67,8 @@ def predict_run(
     """Fill unpublished layout fields with the solver's best choice consistent with the published ones.
 
     The published run did run, so if no completion fits the memory model, the fastest completion is used
-    anyway (the prediction then says `fits: false`, a miss of the memory model, reported as such).
+    anyway, in the solver's order without the memory constraint (the prediction then says `fits: false`,
+    `memory_model_miss`: a miss of the memory model, reported as such).
     """
     from optlayout.solver.cpsat import solve_top_k  # OR-Tools loads when a run is predicted, not for a calibration file
 
@@ -78,10 +83,12 @@ def predict_run(
         problems = _explain_illegal(record, job)
         raise InputError(f"run {record.id}: no legal layout matches the published fields ({problems})")
     candidates = [problem.table.candidate(lay) for lay in layouts]
-    result = solve_top_k(candidates, Limits(problem.capacity_bytes))
-    if not result.ranked:
-        result = solve_top_k(candidates, Limits(math.inf))
-    best = result.ranked[0]
+    ranked = solve_top_k(candidates, Limits(problem.capacity_bytes)).ranked
+    if ranked:
+        best = ranked[0]
+    else:
+        scale = throughput_scale(candidates)
+        best = min(candidates, key=lambda c: rank_key(c, scale))
     filled = {k: _plain(getattr(best.layout, k)) for k in record.unknown_layout_fields()}
     return RunPrediction(record, best.layout, filled, best.prediction, assumed_fields(record))
 

@@ -84,8 +84,9 @@ _PLACED = tuple(dict.fromkeys(a.name for a in (*GRID_AXES, *EXPERT_GRID_AXES)))
 
 
 def grid_key(layout: Layout) -> tuple[int, ...]:
-    """The degrees of the rank grids (dense and expert): what a layout's group links depend on."""
-    return tuple(getattr(layout, name) for name in _PLACED)
+    """What a layout's group links depend on: the degrees of the rank grids (dense and expert), and whether it
+    interleaves (the last stage then also sends to the first, a pipeline boundary of its own)."""
+    return (*(getattr(layout, name) for name in _PLACED), layout.vp > 1)
 
 
 def state_key(layout: Layout) -> tuple[object, ...]:

@@ -32,7 +32,6 @@ from optlayout.errors import InputError
 from optlayout.specs import GpuSpec
 from optlayout.topology.analysis import Tables, analyse
 
-MAX_SAMPLED_GROUPS = 64
 TIER_NAMES = ("leaf", "spine", "core")
 _KIND_CODE = {"nvswitch": 0, "mesh": 1, "pcie": 2, "none": 3}
 
@@ -75,6 +74,11 @@ class Topology:
         self._kind_code = np.array([_KIND_CODE[k] for k in self._t.domain_kind])
         self._dims: dict[tuple[int, int], tuple[float, float]] = {}
         self._a2a: dict[tuple[int, int], tuple[float, float]] = {}
+        self._pairs: dict[tuple[int, int, int], tuple[float, float]] = {}
+        self._dim_domains: dict[tuple[int, int], int] = {}
+        self._contiguous_domains = bool((np.diff(self._t.domain) >= 0).all())
+        self._factor = np.stack(self._t.factor) if self._t.factor else np.ones((0, self.num_gpus))
+        self._lat_up = np.stack(self._t.lat_up) if self._t.lat_up else np.zeros((0, self.num_gpus))
 
     def __repr__(self) -> str:
         return (
@@ -221,6 +225,69 @@ class Topology:
         bw = float((owned / oversub).min())
         return bw, 2 * float(t.lat_up[level][ranks].max())
 
+    # ------------------------------------------------------------------------------------------ pairs
+
+    def pairs_link(self, first: int, second: int, count: int) -> tuple[float, float]:
+        """Worst (bandwidth, latency) over the point-to-point pairs (first + j, second + j), j < count; cached.
+
+        What a pipeline stage boundary needs: each of a stage's ranks sends to its peer in the next stage at
+        once, each pair over its own path (per GPU: its NVSwitch link inside a domain, its own share of the
+        NICs across domains, divided by the oversubscription of the tiers climbed), as a group of the two."""
+        key = (first, second, count)
+        hit = self._pairs.get(key)
+        if hit is None:
+            hit = self._pairs[key] = self._evaluate_pairs(first, second, count)
+        return hit
+
+    def _evaluate_pairs(self, first: int, second: int, count: int) -> tuple[float, float]:
+        if count < 1 or min(first, second) < 0 or max(first, second) + count > self.num_gpus:
+            raise InputError(f"pairs: ranks {first}+j and {second}+j (j < {count}) leave 0..{self.num_gpus - 1}")
+        if first == second:
+            raise InputError("pairs: a rank is paired with itself")
+        j = np.arange(count, dtype=np.int64)
+        bw, lat = self._worst_group(np.sort(np.stack([first + j, second + j], axis=1), axis=1))
+        if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
+            raise InputError(f"topology: ranks {first}+j and {second}+j have no usable link (bandwidth {bw:g})")
+        return bw, lat
+
+    def _worst_group(self, rows: np.ndarray) -> tuple[float, float]:
+        """Worst bandwidth and worst latency over every group (a row of ascending distinct ranks), each read as
+        `_group` reads it, vectorized: NVSwitch links of the members sharing a domain, and per domain the NIC
+        bandwidth the members there own over the oversubscription of the lowest tier joining the row. Rows
+        with two or more members in a mesh or PCIe domain, or domains that are not rank-contiguous, go one by one."""
+        t = self._t
+        dom = t.domain[rows]
+        same = dom[:, 1:] == dom[:, :-1]  # rows ascend, domains are rank blocks: members of a domain are adjacent
+        shared = np.zeros(rows.shape, dtype=bool)
+        shared[:, 1:] |= same
+        shared[:, :-1] |= same
+        one_by_one = (shared & (self._kind_code[dom] != 0)).any(axis=1) | (not self._contiguous_domains)
+        bw, lat = math.inf, 0.0
+        for row in rows[one_by_one]:
+            b, l_ = self._group(row)
+            bw, lat = min(bw, b), max(lat, l_)
+        keep = ~one_by_one
+        rows, dom, same, shared = rows[keep], dom[keep], same[keep], shared[keep]
+        if shared.any():
+            bw = min(bw, float(t.su_bw[rows][shared].min()))
+            lat = max(lat, 2 * float(t.su_lat[rows][shared].max()))
+        cross = ~same.all(axis=1)
+        if not cross.any():
+            return bw, lat
+        rows, dom = rows[cross], dom[cross]
+        level = np.full(len(rows), -1)
+        for k, block in enumerate(t.blocks):
+            b = block[rows]
+            level[(level < 0) & (b == b[:, :1]).all(axis=1)] = k
+        if (level < 0).any():
+            row = rows[int(np.flatnonzero(level < 0)[0])]
+            raise InputError(f"topology: no network path joins ranks {int(row[0])} and {int(row[-1])}")
+        starts = np.flatnonzero(np.c_[np.ones((len(rows), 1), dtype=bool), dom[:, 1:] != dom[:, :-1]].ravel())
+        owned = np.add.reduceat(t.nic_bw[rows].ravel(), starts)
+        oversub = np.maximum.reduceat(self._factor[level[:, None], rows].ravel(), starts)
+        bw = min(bw, float((owned / oversub).min()))
+        return bw, max(lat, 2 * float(self._lat_up[level[:, None], rows].max()))
+
     # ------------------------------------------------------------------------------------------ dims
 
     def dim_bandwidth_Bps(self, size: int, stride: int) -> float:
@@ -230,6 +297,23 @@ class Topology:
     def dim_latency_s(self, size: int, stride: int) -> float:
         return self._dim(size, stride)[1]
 
+    def dim_domains(self, size: int, stride: int) -> int:
+        """Most scale-up domains (NCCL's nodes) one group of the dimension spans; cached."""
+        key = (size, stride)
+        hit = self._dim_domains.get(key)
+        if hit is None:
+            self._dim(size, stride)  # checks the arguments
+            if size == 1:
+                hit = 1
+            else:
+                span = size * stride
+                g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
+                dom = self._t.domain[((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride]
+                dom.sort(axis=1)
+                hit = int((1 + (dom[:, 1:] != dom[:, :-1]).sum(axis=1)).max())
+            self._dim_domains[key] = hit
+        return hit
+
     def _dim(self, size: int, stride: int) -> tuple[float, float]:
         key = (size, stride)
         hit = self._dims.get(key)
@@ -238,7 +322,8 @@ class Topology:
         return hit
 
     def _evaluate_dim(self, size: int, stride: int) -> tuple[float, float]:
-        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; a bounded sample is read."""
+        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read (a sample can
+        miss the groups that straddle a domain or pod edge: tp 16 in 72-GPU NVLink domains, say)."""
         if size < 1 or stride < 1:
             raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         if size == 1:
@@ -246,13 +331,8 @@ class Topology:
         span = size * stride
         if span > self.num_gpus:
             raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
-        groups = (self.num_gpus // span) * stride
-        picks = np.unique(np.linspace(0, groups - 1, min(groups, MAX_SAMPLED_GROUPS)).round().astype(np.int64))
-        offsets = np.arange(size, dtype=np.int64) * stride
-        bw, lat = math.inf, 0.0
-        for g in picks:
-            b, l_ = self._group((g // stride) * span + g % stride + offsets)
-            bw, lat = min(bw, b), max(lat, l_)
+        g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
+        bw, lat = self._worst_group(((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride)
         if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
             raise InputError(f"topology: groups of {size} GPUs {stride} apart have no usable link (bandwidth {bw:g})")
         return bw, lat

@@ -1,0 +1,194 @@
+"""Recipe agreement: where NVIDIA's published, tuned layouts rank in the solver's space, and the gain it claims.
+
+Reproduce:  python benchmarks/recipe_agreement.py [RUNS.jsonl] [--calibration none|PROFILE] [--write]
+Runs: every record of a NVIDIA recipe source (dgxc-benchmarking, the NeMo performance tables, Megatron-Bridge)
+that publishes its degrees (tp, pp, cp, dp, micro-batch); unpublished fields (sharding, recomputation, vp,
+sequence parallelism) are completed as `compare` completes them. The rank is among the feasible layouts of the
+solver's default space for the run's model, cluster and job, found with the solver's bound
+(`optlayout.runs.agreement`, equal to the exhaustive oracle's rank, `tests/test_agreement.py`), walked to
+exactly up to rank 100 (lower ranks read "> 100"; the pick and the claimed gain are exact). Cost
+constants: the shipped calibration unless `--calibration` says otherwise.
+`--write` replaces the recipes section of benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from _results import publish
+
+from optlayout.cost import DEFAULT_PARAMS
+from optlayout.cost.flops import mfu, model_flops_per_token
+from optlayout.presets import gpu_preset
+from optlayout.runs.agreement import Agreement, RankSpace, recipe_agreement
+from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
+from optlayout.runs.records import RunRecord, read_runs
+from optlayout.solver.explain import why_it_lost
+from optlayout.solver.space import SpaceOptions
+from optlayout.topology import Topology, topology_from_cluster
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_RUNS = HERE.parent.parent / "shared" / "data" / "calibration_runs.jsonl"
+RECIPE_SOURCES = {"dgxc-benchmarking": "dgxc", "NVIDIA/NeMo": "NeMo tables", "Megatron-Bridge": "Megatron-Bridge"}
+DEGREES = ("tp", "pp", "cp", "dp", "micro_batch")
+TOP = 10
+MAX_RANK = 100  # ranks are walked to exactly up to here; lower ones read "> 100"
+
+
+def recipe_source(record: RunRecord) -> str | None:
+    """The recipe source a record comes from, or None when it is not a NVIDIA recipe."""
+    return next((label for key, label in RECIPE_SOURCES.items() if key in record.source), None)
+
+
+def is_recipe(record: RunRecord) -> bool:
+    return recipe_source(record) is not None and all(getattr(record.layout, k) is not None for k in DEGREES)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _rank_text(rank: float) -> str:
+    return f"> {MAX_RANK}" if rank > MAX_RANK else f"{rank:.0f}"
+
+
+def _table(title: str, groups: dict[str, list[Agreement]]) -> list[str]:
+    lines = [
+        f"| {title} | runs | in top {TOP} | pick (rank 1) | median rank | median claimed gain | 90th pct gain | MAPE |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, rows in groups.items():
+        gains = sorted(a.claimed_gain for a in rows if a.claimed_gain is not None)
+        top = sum(a.rank <= TOP for a in rows)
+        p90 = gains[min(len(gains) - 1, int(0.9 * len(gains)))] if gains else float("nan")
+        lines.append(
+            f"| {key} | {len(rows)} | {top} ({top / len(rows):.0%}) | {sum(a.rank == 1 for a in rows)} "
+            f"| {_rank_text(statistics.median_low([a.rank for a in rows]))} | {_median(gains):+.1%} | {p90:+.1%} "
+            f"| {statistics.mean(a.published.ape for a in rows):.1%} |"
+        )
+    return lines
+
+
+def measured_mfu(record: RunRecord) -> float:
+    """The run's measured MFU, by optlayout's one definition."""
+    gpu = gpu_preset(record.cluster.gpu)
+    flops = model_flops_per_token(record.model, record.job.seq_len)
+    return mfu(record.measured.tokens_per_s_per_gpu, flops, gpu.peak_flops_for(record.job.precision))
+
+
+def _ceilings(rows: list[Agreement], every: list[RunRecord]) -> list[str]:
+    """The solver's picks against the best MFU any run of the file measured on that GPU and precision."""
+    best: dict[str, float] = defaultdict(float)
+    for rec in every:
+        key = f"{rec.cluster.gpu} {rec.job.precision}"
+        best[key] = max(best[key], measured_mfu(rec))
+    picks: dict[str, list[Agreement]] = defaultdict(list)
+    for a in rows:
+        if a.best is not None:
+            picks[f"{a.published.record.cluster.gpu} {a.published.record.job.precision}"].append(a)
+    lines = [
+        "| GPU, precision | best measured MFU (any run) | highest predicted MFU of a pick | picks above best + 5 pts |",
+        "|---|---:|---:|---:|",
+    ]
+    for key in sorted(picks):
+        top = max(a.best.prediction.mfu for a in picks[key])
+        over = sum(a.best.prediction.mfu > best[key] + 0.05 for a in picks[key])
+        lines.append(f"| {key} | {best[key]:.1%} | {top:.1%} | {over} of {len(picks[key])} |")
+    return lines
+
+
+def _claims(rows: list[Agreement], n: int = 12) -> list[str]:
+    lines = [
+        "| run | published (completed) | rank | solver's pick | claimed gain | measured APE "
+        "| why the published loses |",
+        "|---|---|---:|---|---:|---:|---|",
+    ]
+    for a in sorted(rows, key=lambda a: -(a.claimed_gain or 0))[:n]:
+        pub, best = a.published, a.best
+        if best is None:
+            continue
+        job = best.context[1]
+        why = why_it_lost(pub.layout, pub.prediction, best.layout, best.prediction, job)
+        lines.append(
+            f"| {pub.record.id} | {pub.layout.short()} | {_rank_text(a.rank)} of {a.legal_layouts:,} "
+            f"| {best.layout.short()} | {a.claimed_gain:+.1%} | {pub.ape:.1%} | {why} |"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS))
+    parser.add_argument("--calibration", default=None, help="'none': raw defaults; default: the shipped calibration")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args()
+
+    every = read_runs(args.runs)
+    records = [r for r in every if is_recipe(r)]
+    if args.calibration == "none":
+        label, params_for = "uncalibrated (default CostParams)", lambda _g, _p: DEFAULT_PARAMS
+    else:
+        path = args.calibration or shipped_calibration_path()
+        label = "the shipped calibration" if args.calibration is None else f"calibration {args.calibration}"
+        params_for = load_calibration(path).params_for
+    t0 = time.perf_counter()
+    topologies: dict[str, Topology] = {}
+    spaces: dict[tuple, RankSpace] = {}
+    rows = []
+    for rec in records:
+        params = params_for(rec.cluster.gpu, rec.job.precision)
+        key = rec.cluster.model_dump_json()
+        topo = topologies.get(key) or topologies.setdefault(key, topology_from_cluster(rec.cluster))
+        space = spaces.get((rec.group_key, params)) or spaces.setdefault(
+            (rec.group_key, params), RankSpace(rec, params, topo, SpaceOptions())
+        )
+        rows.append(recipe_agreement(rec, params, topo, max_rank=MAX_RANK, space=space))
+    elapsed = time.perf_counter() - t0
+
+    by_source: dict[str, list[Agreement]] = defaultdict(list)
+    by_stack: dict[str, list[Agreement]] = defaultdict(list)
+    by_gpu: dict[str, list[Agreement]] = defaultdict(list)
+    for a in rows:
+        rec = a.published.record
+        by_source[str(recipe_source(rec))].append(a)
+        by_stack[str(getattr(rec, "framework", None) or "not stated")].append(a)
+        by_gpu[f"{rec.cluster.gpu} {rec.job.precision}"].append(a)
+    command = "python benchmarks/recipe_agreement.py" + (
+        f" --calibration {args.calibration}" if args.calibration else ""
+    )
+    lines = [
+        f"Cost model: {label}. {len(rows)} NVIDIA recipe runs of `{Path(args.runs).name}` (dgxc-benchmarking, NeMo "
+        "tables, Megatron-Bridge; degrees published), ranked with the solver's bound in "
+        f"{elapsed:.0f} s on {platform.machine()} {platform.python_version()} ({platform.node() or 'this machine'}).",
+        f"Command: `{command}`. Rank 1 = the solver's pick; claimed gain = the pick's predicted throughput over "
+        "the published layout's; MAPE of the published layouts' predictions on the same runs.",
+        "",
+        *_table("runs", {"all NVIDIA recipe runs": rows}),
+        "",
+        *_table("source", dict(sorted(by_source.items()))),
+        "",
+        *_table("framework", dict(sorted(by_stack.items()))),
+        "",
+        *_table("GPU, precision", dict(sorted(by_gpu.items()))),
+        "",
+        "Predicted MFU of the picks against the best measured MFU (a pick more than 5 points above it is a claim "
+        "no run supports):",
+        "",
+        *_ceilings(rows, every),
+        "",
+        "Largest claimed gains:",
+        "",
+        *_claims(rows),
+    ]
+    publish("recipes", "Recipe agreement: NVIDIA's tuned layouts in the solver's space", "\n".join(lines), args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

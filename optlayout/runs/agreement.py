@@ -1,0 +1,125 @@
+"""Recipe agreement: where a published, tuned layout ranks in the solver's space, and the gain the solver claims.
+
+A claimed gain over a measured, tuned recipe is a prediction nobody has verified; large ones point at physics
+the cost model lacks. The rank is the one `compare` reports (from the exhaustive oracle), found with the
+solver's bound instead of evaluating every layout: groups of layouts are walked best `throughput_bound` first
+and the walk stops once no remaining group can beat the published layout (or the best found).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optlayout.cost import CostParams
+from optlayout.layout.model import Layout
+from optlayout.runs.predict import RunPrediction, predict_run, run_job
+from optlayout.runs.records import RunRecord
+from optlayout.solver.candidates import (
+    THROUGHPUT_RESOLUTION,
+    Candidate,
+    layout_identity,
+    passes_limits,
+    rank_key,
+    throughput_scale,
+)
+from optlayout.solver.problem import Problem
+from optlayout.solver.space import SpaceOptions
+from optlayout.topology import Topology, topology_from_cluster
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """A published layout (completed as `compare` completes it) against the solver's space."""
+
+    published: RunPrediction
+    rank: int  # 1 = the solver's pick; as `compare`'s measured_layout_rank (beyond `max_rank`: max_rank + 1)
+    legal_layouts: int  # legal layouts of the solver's space (feasible or not)
+    best: Candidate | None  # the solver's pick; None when no layout of the space fits
+    max_rank: int | None = None  # the walk stopped once this many layouts beat the published one
+
+    @property
+    def beyond(self) -> bool:
+        """The published layout ranks below `max_rank` (its exact rank was not walked to)."""
+        return self.max_rank is not None and self.rank > self.max_rank
+
+    @property
+    def claimed_gain(self) -> float | None:
+        """The pick's predicted throughput over the published layout's, minus 1."""
+        if self.best is None:
+            return None
+        return self.best.evaluation.tokens_per_s_per_gpu / self.published.prediction.tokens_per_s_per_gpu - 1
+
+
+class RankSpace:
+    """The solver's space for one model, cluster, job and cost constants: its layout groups, best bound first,
+    and every candidate evaluated so far (runs of one group share it)."""
+
+    def __init__(self, record: RunRecord, params: CostParams, topology: Topology, options: SpaceOptions) -> None:
+        problem = Problem(record.model, run_job(record), topology, params, options)
+        self.table, self.capacity, self.limits = problem.table, problem.capacity_bytes, problem.limits
+        groups = list(problem.groups())
+        self.legal_layouts = sum(map(len, groups))
+        self.ordered = sorted(((self.table.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
+        self._feasible: dict[Layout, Candidate | None] = {}
+
+    def feasible(self, layout: Layout) -> Candidate | None:
+        """The layout's candidate when it fits and passes the job's limits."""
+        if layout not in self._feasible:
+            cand = None
+            if self.table.state_fits(layout, self.capacity):
+                cand = self.table.candidate(layout)
+                cand = cand if passes_limits(cand, self.limits) else None
+            self._feasible[layout] = cand
+        return self._feasible[layout]
+
+
+def recipe_agreement(
+    record: RunRecord,
+    params: CostParams,
+    topology: Topology | None = None,
+    options: SpaceOptions | None = None,
+    max_rank: int | None = None,
+    space: RankSpace | None = None,
+) -> Agreement:
+    """Rank the record's published layout among the feasible layouts of the solver's space (default options,
+    the job's memory and batch limits), best first, each distinct layout once. With `max_rank`, stop once that
+    many distinct layouts beat it (the rank is then reported as max_rank + 1, `beyond`). `space` (for this
+    record's model, cluster, job and params) is reused across runs of one group."""
+    topo = topology or topology_from_cluster(record.cluster)
+    published = predict_run(record, params, topo)
+    space = space or RankSpace(record, params, topo, options or SpaceOptions())
+    target = published.prediction.tokens_per_s_per_gpu * published.layout.gpus
+    # the solver's order compares throughput in objective units (1e-6 of the best): within two of the target a
+    # layout may rank either side of it; beyond, it surely ranks below (under `floor`) or ahead
+    margin = 2.0 * (space.ordered[0][0] if space.ordered else 0.0) / THROUGHPUT_RESOLUTION
+    floor = target - margin
+    mine = layout_identity(published.layout)
+    best_tps = 0.0
+    feasible: list[Candidate] = []
+    ahead: set[tuple[object, ...]] = set()  # distinct layouts surely ranked before the published one
+    for bound, group in space.ordered:
+        enough = max_rank is not None and len(ahead) >= max_rank
+        if (bound < floor or enough) and bound <= best_tps:
+            break
+        for lay in group.layouts():
+            cand = space.feasible(lay)
+            if cand is None:
+                continue
+            feasible.append(cand)
+            best_tps = max(best_tps, cand.cluster_tokens_per_s)
+            if cand.cluster_tokens_per_s > target + margin and layout_identity(lay) != mine:
+                ahead.add(layout_identity(lay))
+    if not feasible:
+        return Agreement(published, 1, space.legal_layouts, None, max_rank)
+    scale = throughput_scale(feasible)
+    ranking: dict[tuple[object, ...], Candidate] = {}
+    for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
+        ranking.setdefault(layout_identity(cand.layout), cand)
+    identities = list(ranking)
+    if max_rank is not None and len(ahead) >= max_rank:
+        rank = max_rank + 1
+    elif mine in ranking:
+        rank = identities.index(mine) + 1
+    else:  # outside the space or over memory: by its throughput
+        rank = 1 + sum(c.cluster_tokens_per_s > target for c in ranking.values())
+    return Agreement(published, rank, space.legal_layouts, next(iter(ranking.values())), max_rank)
