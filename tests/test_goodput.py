@@ -64,6 +64,28 @@ def test_unique_state_is_the_same_for_every_layout(case) -> None:
     assert state.largest_node_bytes >= state.unique_bytes / state.nodes * (1 - 1e-12)
 
 
+@pytest.mark.parametrize(
+    ("preset", "layout"),
+    [
+        ("mixtral-8x7b", Layout(dp=8, ep=8, grad_accum=16, sharding="zero1")),
+        (
+            "mixtral-8x7b",
+            Layout(tp=2, pp=4, dp=4, ep=4, etp=2, grad_accum=32, sharding="zero1", sequence_parallel=True),
+        ),
+        ("deepseek-v3", Layout(tp=2, pp=2, dp=4, ep=8, grad_accum=32, sharding="zero1", sequence_parallel=True)),
+        ("deepseek-v3", Layout(tp=8, pp=16, dp=8, ep=64, grad_accum=32, sharding="fsdp", sequence_parallel=True)),
+    ],
+)
+def test_moe_checkpoint_writes_every_parameter_once(preset: str, layout: Layout) -> None:
+    """Routed experts are split over etp x ep and replicated over expert-DP, MLA's down projections and the
+    router over tp: whatever the split, the checkpoint holds each of the preset's parameters once, x 14 B."""
+    model = model_preset(preset)
+    job = JobSpec(seq_len=4096, global_batch=1024)
+    state = checkpoint_state(model, job, layout, 8)
+    assert state.unique_bytes == pytest.approx(model.param_count * 14, rel=1e-9)
+    assert state.largest_node_bytes >= state.unique_bytes / state.nodes * (1 - 1e-12)
+
+
 def test_state_written_and_staged_for_8b_on_64_gpus() -> None:
     # 8.03e9 params x 14 B = 112.4 GB written by every layout. Staged per GPU for the async copy (tp = 1):
     # DDP 112.4 GB; ZeRO-1 16.06 GB weights + 96.4 / 64 = 1.51 GB optimizer = 17.57 GB; FSDP 112.4 / 64 = 1.76 GB.

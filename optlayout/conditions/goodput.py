@@ -3,7 +3,7 @@
 Goodput is throughput x the effective time fraction: the share of wall time that trains once checkpoint
 pauses, work lost to failures and restarts are paid (`optlayout.conditions.reliability`, Young/Daly). What makes it
 depend on the layout is the checkpoint, derived here from the cost model's memory accounting (the
-parameters per stage the memory breakdown holds, and `state_bytes_per_gpu`):
+parameters per stage, `stage_params_per_stage`, and their bytes per GPU, `stage_state_bytes`):
 
 * Bytes written: the unique training state, weights + optimizer state (gradients are not saved). Each
   GPU of stage i holds w_i weight and o_i optimizer bytes; over the stage's tp x d ranks (d = dp x cp)
@@ -11,7 +11,8 @@ parameters per stage the memory breakdown holds, and `state_bytes_per_gpu`):
   it. Dividing each replicated part by its replication factor, the stage holds tp x d x (w_i/r_w + o_i/r_o)
   unique bytes = its parameters x (weight + optimizer bytes per parameter), and the model holds params x
   14 B with mixed-precision Adam: the same for every layout (the last stage's copy of tied embeddings is a
-  replica too and is not counted). Sharding makes each rank's part smaller, not the total.
+  replica too and is not counted; routed experts are split over etp x ep and replicated over expert-DP).
+  Sharding makes each rank's part smaller, not the total.
 * Who writes: every rank writes an equal part of its stage's unique state in parallel (replicas split
   the replicated state among themselves: torch DCP's save-plan deduplication, Megatron's fully parallel
   save). A node writes the parts of its ranks (Megatron rank order, pipeline stage outermost), so the
@@ -35,7 +36,6 @@ throughput is multiplied by it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,10 +43,9 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from optlayout.conditions import reliability as rel
-from optlayout.cost.memory import layer_param_count_per_rank, param_count_per_stage, state_bytes_per_gpu
+from optlayout.cost.memory import stage_params_per_stage, stage_state_bytes
 from optlayout.errors import InputError, OptlayoutError, describe_validation_error
-from optlayout.layout.stages import stage_split
-from optlayout.specs import JobSpec, Layout, ModelSpec, Sharding
+from optlayout.specs import JobSpec, Layout, ModelSpec
 
 OBJECTIVES = ("mfu", "goodput")
 
@@ -119,31 +118,24 @@ class CheckpointState:
     resident_bytes_per_gpu: float  # weights + optimizer state the fullest GPU holds (async staging copy)
 
 
-def checkpoint_state(
-    model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int, stage_param_count: Sequence[float] | None = None
-) -> CheckpointState:
+def checkpoint_state(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int) -> CheckpointState:
     """Bytes a checkpoint of `layout` writes, and how they spread over nodes and GPUs (see module docstring).
-    `stage_param_count`: the parameters one GPU of each stage holds, as the memory model computed them."""
-    counts = stage_split(layout, model.layers)
-    held_per_stage = param_count_per_stage(model, layout) if stage_param_count is None else stage_param_count
-    d = layout.dp * layout.cp
-    replicas_w = 1 if layout.sharding == Sharding.fsdp else d  # ranks holding the same weight bytes
-    replicas_o = d if layout.sharding == Sharding.none else 1  # ranks holding the same optimizer bytes
+
+    A stage's unique parameters are what one GPU of it would hold with tp = ep = etp = 1 (replicated K/V heads,
+    MLA's duplicated down projections and the router then counted once, every routed expert once); the last
+    stage's own copies of the embedding (tied, or for MTP) replicate the first stage's and are not counted."""
+    unsplit = layout.model_copy(update={"tp": 1, "ep": 1, "etp": 1, "sequence_parallel": False})
     per_param = job.weight_bytes_per_param + job.optimizer_bytes_per_param
+    ranks_per_stage = layout.gpus // layout.pp
     share, resident = [], 0.0  # unique bytes each rank of a stage writes; the most any GPU holds
-    for i, n in enumerate(counts):
-        held = held_per_stage[i]
-        weights, _, optim = state_bytes_per_gpu(held, job, layout.sharding, d)
+    stages = stage_params_per_stage(model, layout)
+    for i, unique_params in enumerate(stage_params_per_stage(model, unsplit)):
+        weights, _, optim = stage_state_bytes(stages[i], job, layout)
         resident = max(resident, weights + optim)
-        # kv heads replicated over tp > kv_heads ranks are saved once: count each rank's share of one copy
-        own = held - n * (layer_param_count_per_rank(model, layout.tp) - model.layer_param_count / layout.tp)
-        weights, _, optim = state_bytes_per_gpu(own, job, layout.sharding, d)
-        unique_per_rank = weights / replicas_w + optim / replicas_o
-        if model.tied_embeddings and layout.pp > 1 and i == layout.pp - 1:
-            # the last stage's own copy of the tied embedding replicates the first stage's
-            unique_per_rank -= model.vocab * model.hidden / layout.tp * per_param / d
-        share.append(unique_per_rank)
-    ranks_per_stage = layout.tp * d
+        count = unique_params.total
+        if i == layout.pp - 1 and layout.pp > 1 and (model.tied_embeddings or model.mtp_layers):
+            count -= model.vocab * model.hidden  # the last stage's copy of the first stage's embedding
+        share.append(count * per_param / ranks_per_stage)
     unique = sum(s * ranks_per_stage for s in share)
     # Node k holds ranks [k g, (k+1) g); rank r belongs to stage r // ranks_per_stage (pp outermost).
     g, total = max(1, gpus_per_node), layout.gpus
@@ -198,17 +190,17 @@ class GoodputModel:
     gpus_per_node: int
     _cache: dict[tuple[object, ...], LayoutCheckpointing] = field(default_factory=dict, repr=False)
 
-    def estimate(self, layout: Layout, stage_param_count: Sequence[float] | None = None) -> LayoutCheckpointing:
-        """The layout's checkpointing; `stage_param_count` as the memory model computed them (else recomputed)."""
-        key = (layout.tp, layout.pp, layout.cp, layout.dp, layout.sharding, layout.first_stage_layers,
-               layout.last_stage_layers)  # fmt: skip
+    def estimate(self, layout: Layout) -> LayoutCheckpointing:
+        """The layout's checkpointing, cached by what it depends on: the degrees, sharding and stage split."""
+        key = (layout.tp, layout.pp, layout.vp, layout.cp, layout.dp, layout.ep, layout.etp, layout.sharding,
+               layout.first_stage_layers, layout.last_stage_layers)  # fmt: skip
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._estimate(layout, stage_param_count)
+            hit = self._cache[key] = self._estimate(layout)
         return hit
 
-    def _estimate(self, layout: Layout, stage_param_count: Sequence[float] | None) -> LayoutCheckpointing:
-        st = checkpoint_state(self.model, self.job, layout, self.gpus_per_node, stage_param_count)
+    def _estimate(self, layout: Layout) -> LayoutCheckpointing:
+        st = checkpoint_state(self.model, self.job, layout, self.gpus_per_node)
         s = self.storage
         largest = st.largest_node_bytes if s.per_node_write_Bps is not None else None
         write_s = rel.checkpoint_write_s(st.unique_bytes, s.write_Bps, s.per_node_write_Bps,

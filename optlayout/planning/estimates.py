@@ -119,7 +119,7 @@ def estimate_run(
     if fail is not None and store is not None:
         tps = straggler.tokens_per_s_per_gpu if straggler is not None else pred.tokens_per_s_per_gpu
         model_ = GoodputModel(spec, job, fail, store, topo.gpus_per_server)
-        ckpt = model_.estimate(layout, candidate.evaluation.memory.param_count_per_stage).with_throughput(tps)
+        ckpt = model_.estimate(layout).with_throughput(tps)
         if ckpt.problem is not None:
             raise InfeasibleError(f"goodput: {ckpt.problem}")
     return RunEstimate(layout=layout, prediction=pred, straggler=straggler, goodput=ckpt)

@@ -196,7 +196,7 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
             ckpt = None
             if gm is not None:
                 tps = straggler.tokens_per_s_per_gpu if straggler is not None else c.prediction.tokens_per_s_per_gpu
-                ckpt = gm.estimate(c.layout, c.evaluation.memory.param_count_per_stage).with_throughput(tps)
+                ckpt = gm.estimate(c.layout).with_throughput(tps)
                 if i == 0 and ckpt.problem is not None:
                     raise InfeasibleError(
                         f"goodput: {ckpt.problem} ({ckpt.checkpoint_bytes / 1e9:.3g} GB of weights and optimizer state "

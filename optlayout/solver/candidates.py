@@ -180,7 +180,7 @@ class CostTable:
         started = time.perf_counter()
         links = self.links(layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
-        ckpt = self.goodput.estimate(layout, ev.memory.param_count_per_stage) if self.goodput is not None else None
+        ckpt = self.goodput.estimate(layout) if self.goodput is not None else None
         self.cost_s += time.perf_counter() - started
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
 
