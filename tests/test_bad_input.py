@@ -658,3 +658,17 @@ def test_library_entry_points_raise_only_optlayout_errors(name: str, slot: int, 
             fn(*args, **kwargs)
         except OptlayoutError as exc:
             assert "\n" not in str(exc)
+
+
+def test_an_all_to_all_without_bandwidth_is_refused_not_divided_by() -> None:
+    """The validated topology never has a zero-bandwidth NIC; the link tables refuse one anyway (the cost model
+    divides by the bandwidth), as the group and pipeline-pair links do."""
+    from optlayout.topology import load_cluster
+
+    topo = load_cluster("gpu=h100-sxm,gpus=16,gpus_per_node=8").topology
+    assert topo.dim_all_to_all_bandwidth_Bps(16, 1) > 0
+    topo._a2a.clear()
+    topo._t.nic_bw[:] = 0.0
+    refused(
+        lambda: topo.dim_all_to_all_bandwidth_Bps(16, 1), "all-to-all groups of 16 GPUs 1 apart have no usable link"
+    )

@@ -76,8 +76,8 @@ class RunLayout(BaseModel):
     sharding: Annotated[Sharding, Strict(False)] | None = None  # the text "zero1" (strict is for the counts)
     recompute: Annotated[Recompute, Strict(False)] | None = None
     sequence_parallel: bool | None = None
-    ep: int | None = Field(None, ge=1)
-    etp: int | None = Field(None, ge=1)
+    ep: int | None = Field(None, ge=1, le=MAX_GPUS)
+    etp: int | None = Field(None, ge=1, le=MAX_GPUS)
 
     def known(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in LAYOUT_FIELDS if getattr(self, k) is not None}

@@ -376,7 +376,8 @@ class Topology:
             inside = t.su_bw[groups].astype(float)
         else:
             inside = np.stack([self._scale_up_members(m, d) for m, d in zip(groups, dom, strict=True)])
-        seconds_per_byte = np.where(n_d > 1, (n_d - 1) / size / inside, 0.0)
+        with np.errstate(divide="ignore"):  # a link of bandwidth 0 takes forever: refused below
+            seconds_per_byte = np.where(n_d > 1, (n_d - 1) / size / inside, 0.0)
         latency = np.where(n_d > 1, 2 * t.su_lat[groups], 0.0).max()
         if (n_d < size).any():
             joined = np.stack([(b[groups] == b[groups[:, :1]]).all(axis=1) for b in t.blocks])
@@ -384,13 +385,18 @@ class Topology:
                 row = int(np.flatnonzero(~joined.any(axis=0))[0])
                 raise InputError(f"topology: no network path joins ranks {groups[row, 0]} and {groups[row, -1]}")
             level = joined.argmax(axis=0)
-            factor = np.stack(t.factor)[level[:, None], groups]
+            factor = self._factor[level[:, None], groups]
             oversub = factor.max(axis=1, keepdims=True)
             network = owned / n_d / oversub
-            out = np.where(n_d < size, (size - n_d) / size / network, 0.0)
+            with np.errstate(divide="ignore"):
+                out = np.where(n_d < size, (size - n_d) / size / network, 0.0)
             seconds_per_byte = np.maximum(seconds_per_byte, out)
-            latency = max(latency, 2 * float(np.stack(t.lat_up)[level[:, None], groups].max()))
-        return 1.0 / float(seconds_per_byte.max()), float(latency)
+            latency = max(latency, 2 * float(self._lat_up[level[:, None], groups].max()))
+        slowest_s = float(seconds_per_byte.max())
+        bw = 1.0 / slowest_s if slowest_s > 0 else math.inf
+        if not (0 < bw <= math.inf and 0 <= latency < math.inf):  # the cost model divides by it
+            raise InputError(f"topology: all-to-all groups of {size} GPUs {stride} apart have no usable link")
+        return bw, float(latency)
 
     def _scale_up_members(self, members: np.ndarray, dom: np.ndarray) -> np.ndarray:
         """Per member, the scale-up bandwidth it drives to the group's other members in its domain."""
