@@ -105,7 +105,7 @@ def test_grouped_gemm_flops_are_the_active_experts() -> None:
     params = DEFAULT_PARAMS.model_copy(update={"kernel_overhead_s": 0.0, "hbm_efficiency": 1e6})  # FLOP-bound only
     t = moe_times(model, BALANCED, layout, H100, links, params)
     rate = H100.peak_flops_for("bf16") * params.gemm_efficiency
-    routed = 2 * 4096 * 8 * 3 * 7168 * 2048 * params.grouped_gemm_efficiency_ratio ** -1
+    routed = 2 * 4096 * 8 * 3 * 7168 * 2048 * params.grouped_gemm_efficiency_ratio**-1
     shared = 2 * 4096 * 3 * 7168 * 2048
     router = 2 * 4096 * 256 * 7168
     assert t.gemm_s == pytest.approx((routed + shared + router) / rate, rel=1e-7)  # bytes at ~infinite HBM
@@ -171,3 +171,21 @@ def test_dense_layer_of_an_moe_model_is_a_dense_layer() -> None:
     dense_act = activation_bytes_per_layer(model, BALANCED, layout, LayerKind())
     moe_act = activation_bytes_per_layer(model, BALANCED, layout, MOE)
     assert moe_act > dense_act > 0
+
+
+def test_a_non_causal_job_on_sliding_window_layers_is_refused_up_front() -> None:
+    """GPT-OSS's windowed layers attend causally: a non-causal job is refused before any layout is costed."""
+    from optlayout.errors import InputError
+    from optlayout.layout.rules import check_layout
+    from optlayout.solver.problem import Problem
+    from optlayout.specs import JobSpec, Layout
+    from optlayout.topology import load_cluster
+
+    model = model_preset("gpt-oss-20b")
+    job = JobSpec(seq_len=4096, global_batch=64, causal=False)
+    topo = load_cluster("gpu=h100-sxm,gpus=8,gpus_per_node=8").topology
+    with pytest.raises(InputError, match="causal: the model's sliding-window layers attend causally"):
+        Problem(model, job, topo)
+    with pytest.raises(InputError, match="causal: the model's sliding-window layers"):
+        check_layout(model, job, Layout(dp=8, ep=8, grad_accum=8), 8)
+    Problem(model, JobSpec(seq_len=4096, global_batch=64), topo)  # causal: accepted

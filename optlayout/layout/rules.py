@@ -79,12 +79,19 @@ def expert_degree_problems(model: ModelSpec, ep: int, etp: int) -> list[str]:
     return problems
 
 
+def job_problems(model: ModelSpec, job: JobSpec) -> list[str]:
+    """Rules the job must satisfy for the model, whatever the layout."""
+    if not job.causal and any(model.sliding_window_flags):
+        return ["causal: the model's sliding-window layers attend causally; a non-causal job cannot use them"]
+    return []
+
+
 def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -> list[str]:
     """Rules a layout must satisfy to run at all, independent of memory; empty when legal. Multi-token-prediction
     modules sit on the last pipeline stage (Megatron's default placement; never the first rank when pp > 1)."""
     from optlayout.layout.model import GRID_AXES
 
-    problems = []
+    problems = job_problems(model, job)
     if layout.gpus != gpus:
         product = "*".join(a.key for a in GRID_AXES)
         problems.append(f"{product} = {layout.gpus} but the cluster has {gpus} GPUs")

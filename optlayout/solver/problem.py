@@ -10,7 +10,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams, usable_memory_bytes
+from optlayout.errors import InputError
 from optlayout.layout.model import Layout
+from optlayout.layout.rules import job_problems
 from optlayout.solver.candidates import CostTable, Limits
 from optlayout.solver.space import LayoutGroup, SpaceOptions, enumerate_groups, enumerate_layouts
 from optlayout.specs import JobSpec, ModelSpec
@@ -30,6 +32,11 @@ class Problem:
     params: CostParams = DEFAULT_PARAMS
     options: SpaceOptions = field(default_factory=SpaceOptions)
     goodput: GoodputModel | None = None
+
+    def __post_init__(self) -> None:
+        problems = job_problems(self.model, self.job)
+        if problems:
+            raise InputError("; ".join(problems))
 
     @cached_property
     def table(self) -> CostTable:
