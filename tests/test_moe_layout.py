@@ -97,7 +97,7 @@ def test_space_enumerates_the_expert_axes_of_moe_models_only() -> None:
 @pytest.mark.parametrize(
     ("pin", "message"),
     [
-        ("ep=3", "ep: the experts (128) must be divisible by ep (3)"),
+        ("ep=3", "expert degrees: experts (128) not divisible by ep (3)"),
         ("ep=32", "expert grid: the EP group does not fit: etp x ep = 32 must divide the GPUs (16)"),
     ],
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from optlayout.layout.rules import cp_fits_sequence, pp_fits_layers
+from optlayout.layout.rules import cp_fits_sequence, expert_degree_problems, pp_fits_layers
 from optlayout.solver.candidates import Candidate
 from optlayout.solver.space import SpaceOptions, batch_targets, tp_choices
 from optlayout.specs import JobSpec, ModelSpec
@@ -49,14 +49,9 @@ def _expert_pins_problem(model: ModelSpec, gpus: int, options: SpaceOptions) -> 
     ep, etp = options.pins.get("ep", 1), options.pins.get("etp", 1)
     if not isinstance(ep, int) or not isinstance(etp, int):
         return None
-    if model.moe is None:
-        return "ep/etp: expert parallelism needs a mixture-of-experts model" if ep * etp > 1 else None
-    if model.moe.experts % ep:
-        return f"ep: the experts ({model.moe.experts}) must be divisible by ep ({ep})"
-    if model.moe.expert_ffn % etp:
-        return f"etp: the expert width ({model.moe.expert_ffn}) must be divisible by etp ({etp})"
-    if etp > 1 and model.bias:
-        return f"etp: must be 1 when the experts carry biases (got {etp})"
+    problems = expert_degree_problems(model, ep, etp)
+    if problems:
+        return "expert degrees: " + "; ".join(problems)
     if gpus % (ep * etp):
         return (f"expert grid: the EP group does not fit: etp x ep = {ep * etp} must divide the GPUs ({gpus}) "
                 "(Megatron's expert grid: etp*ep*pp divides the GPUs)")  # fmt: skip
