@@ -150,9 +150,13 @@ def test_megatron_moe_rules_are_named(model: str, layout: str, job: dict, rule: 
 def test_the_other_launchers_still_refuse_moe_in_one_line() -> None:
     plan = PLANS[0]
     model, lay = model_preset(plan.model), parse_layout(plan.layout)
-    for fmt in ("megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh"):
+    for fmt in ("megatron-bridge", "deepspeed", "accelerate"):
         with pytest.raises(UnsupportedError, match=f"emit {fmt}: Qwen3-30B-A3B: not yet supported: expert paral"):
             emit(fmt, model, plan.job, lay)
+    deepseek = model_preset("deepseek-v3")  # torchtitan and the mesh take experts (tests/test_moe_torchtitan.py)
+    for fmt in ("torchtitan", "mesh"):
+        with pytest.raises(UnsupportedError, match=f"emit {fmt}: DeepSeek-V3: not yet supported: multi-latent"):
+            emit(fmt, deepseek, plan.job, lay)
 
 
 @pytest.mark.parametrize(

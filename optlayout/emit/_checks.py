@@ -62,6 +62,21 @@ def dp_split(layout: Layout) -> tuple[int, int]:
     return 1, layout.dp
 
 
+def expert_fsdp_degree(layout: Layout, etp: int, who: str) -> int:
+    """efsdp of torchtitan's sparse mesh `[pp, dp_replicate, efsdp, ep, etp]`: the ranks of the dense region
+    dp_shard x cp x tp left after ep x etp (EP borrows from that region, never from dp_replicate), or a refusal
+    naming the rule when ep x etp does not divide it."""
+    shard = dp_split(layout)[1]
+    region = shard * layout.cp * layout.tp
+    if region % (layout.ep * etp):
+        raise UnsupportedError(
+            f"{who} rule (dp_shard * cp * tp) % (ep * etp) == 0 broken: EP borrows only from dp_shard x cp x tp = "
+            f"{shard} x {layout.cp} x {layout.tp} = {region}, not from dp_replicate (sharding=none), for "
+            f"ep={layout.ep}, etp={etp}"
+        )
+    return region // (layout.ep * etp)
+
+
 def gradient_dtype(job: JobSpec, who: str) -> str:
     """The gradient buffers the plan counted: `bf16`/`fp16` for 2 bytes per parameter, `fp32` for 4.
 
@@ -84,9 +99,10 @@ def gradient_dtype(job: JobSpec, who: str) -> str:
     )
 
 
-def planned_state_bytes(job: JobSpec, layout: Layout) -> float:
-    """Training-state bytes per parameter the memory model counts on a GPU (sharded over dp x cp as planned)."""
-    return sum(state_bytes_per_gpu(1.0, job, layout.sharding, layout.dp * layout.cp))
+def planned_state_bytes(job: JobSpec, layout: Layout, group: int | None = None) -> float:
+    """Training-state bytes per parameter the memory model counts on a GPU, sharded as planned over `group`:
+    dp x cp by default (dense parameters), the expert-DP `layout.edp` for routed experts."""
+    return sum(state_bytes_per_gpu(1.0, job, layout.sharding, layout.dp * layout.cp if group is None else group))
 
 
 def fsdp2_state_bytes(shard: int, keep_gathered: bool) -> float:
@@ -96,13 +112,18 @@ def fsdp2_state_bytes(shard: int, keep_gathered: bool) -> float:
     return 16 / shard + (2 if keep_gathered else 0)
 
 
-def fsdp2_fits_plan(job: JobSpec, layout: Layout, shard: int, keep_gathered: bool, who: str) -> None:
-    """Refuse a plan whose state FSDP2 would hold in more bytes than the memory model counted."""
+def fsdp2_fits_plan(
+    job: JobSpec, layout: Layout, shard: int, keep_gathered: bool, who: str, experts: bool = False
+) -> None:
+    """Refuse a plan whose state FSDP2 would hold in more bytes than the memory model counted (with `experts`,
+    for the routed experts, which the plan shards over expert-DP)."""
     gradient_dtype(job, who)
-    kept, planned = fsdp2_state_bytes(shard, keep_gathered), planned_state_bytes(job, layout)
+    kept = fsdp2_state_bytes(shard, keep_gathered)
+    planned = planned_state_bytes(job, layout, layout.edp if experts else None)
     if kept > planned + 1e-9:
         raise UnsupportedError(
-            f"{who}: FSDP2 keeps {kept:.2f} B/param of state here (fp32 weights, gradients and Adam moments over "
+            f"{who}: FSDP2 keeps {kept:.2f} B/param of {'expert ' if experts else ''}state here (fp32 weights, "
+            "gradients and Adam moments over "
             f"{shard} ranks{', plus gathered 16-bit weights' if keep_gathered else ''}), the plan counted "
             f"{planned:.2f} for {layout.sharding.value} with {job.grad_bytes_per_param:g}-byte gradients: plan with "
             "sharding=zero1 or fsdp, or with 4-byte gradients"
