@@ -100,7 +100,7 @@ __all__ = [
 
 
 RANKS_MODEL_FEATURES = frozenset({"moe", "mla", "mtp"})  # the rank map shows the expert grid; MLA/MTP move no rank
-EXPERT_FEATURES = frozenset({"moe"})  # torchtitan (its Qwen3 MoE flavors) and the mesh place experts; no MLA/MTP
+EXPERT_FEATURES = frozenset({"moe"})  # torchtitan, Bridge (their Qwen3 MoE models), the mesh: experts, no MLA/MTP
 
 
 def _format(fmt: str, overrides: bool, torchtitan_version: str) -> str:
@@ -138,7 +138,7 @@ def emit(
     if key in ("megatron", "ranks"):
         check_costed_order(layout, order)
     handled = {"megatron": MEGATRON_MODEL_FEATURES, "ranks": RANKS_MODEL_FEATURES, "torchtitan": EXPERT_FEATURES,
-               "mesh": EXPERT_FEATURES}.get(key, frozenset())  # fmt: skip
+               "mesh": EXPERT_FEATURES, "megatron-bridge": EXPERT_FEATURES}.get(key, frozenset())  # fmt: skip
     model.require_dense(f"emit {key}", job.seq_len, handled)
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)

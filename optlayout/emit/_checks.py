@@ -77,6 +77,41 @@ def expert_fsdp_degree(layout: Layout, etp: int, who: str) -> int:
     return region // (layout.ep * etp)
 
 
+# The Qwen3 MoE models torchtitan (models/qwen3/__init__.py at v0.2.2 and 0.3.0) and Megatron-Bridge 0.3.1
+# (recipes/qwen/qwen3_moe.py, from the Hugging Face configs) build: every layer MoE, no shared expert, untied,
+# qk-norm; each brings its own RoPE base and norm epsilon (the layout depends on neither).
+QWEN3_MOE_FLAVORS: dict[str, tuple[int, int, int, int, int, int, int, int, int]] = {
+    # layers, hidden, heads, kv_heads, head_dim, vocab, experts, top_k, expert_ffn
+    "30B-A3B": (48, 2048, 32, 4, 128, 151936, 128, 8, 768),
+    "235B-A22B": (94, 4096, 64, 4, 128, 151936, 128, 8, 1536),
+}
+
+
+def qwen3_moe_flavor(model: ModelSpec, who: str, why: str) -> str:
+    """The Qwen3 MoE flavor (`30B-A3B`, `235B-A22B`) that is this model, or a one-line refusal naming what differs
+    (and `why` only these)."""
+    moe = model.moe
+    shape = None if moe is None else (model.layers, model.hidden, model.heads, model.kv_heads,
+                                      model.head_dim or model.hidden // model.heads, model.vocab, moe.experts,
+                                      moe.top_k, moe.expert_ffn)  # fmt: skip
+    flavor = next((name for name, dims in QWEN3_MOE_FLAVORS.items() if dims == shape), None)
+    if moe is None or flavor is None:
+        raise UnsupportedError(
+            f"{who}: {model.name} is none of the Qwen3 MoE models (30B-A3B, 235B-A22B by layers, hidden, heads, "
+            f"kv_heads, head_dim, vocab, experts, top_k, expert_ffn); {why}"
+        )
+    problems = []
+    if moe.shared_experts or not all(model.moe_layer_flags):
+        problems.append("shared experts or dense layers (the flavor has neither)")
+    if model.mlp != "swiglu" or model.bias or model.tied_embeddings or model.position_embeddings or model.alibi:
+        problems.append("not a SwiGLU, bias-free, untied, rotary model")
+    if model.attention.kind != "gqa" or model.attention.sliding_window is not None or model.mtp_layers:
+        problems.append("attention other than full GQA, or MTP layers")
+    if problems:
+        raise UnsupportedError(f"{who}: {model.name} has Qwen3-{flavor}'s shape but {'; '.join(problems)}")
+    return flavor
+
+
 def gradient_dtype(job: JobSpec, who: str) -> str:
     """The gradient buffers the plan counted: `bf16`/`fp16` for 2 bytes per parameter, `fp32` for 4.
 

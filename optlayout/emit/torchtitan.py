@@ -33,6 +33,7 @@ from optlayout.emit._checks import (
     global_batch,
     no_dropout,
     node_count,
+    qwen3_moe_flavor,
     stage_layers,
 )
 from optlayout.errors import UnsupportedError
@@ -57,15 +58,6 @@ LLAMA3_FLAVORS: dict[str, tuple[int, int, int, int, int]] = {  # layers, hidden,
 _RECIPES = {"8B": "llama3_8b", "70B": "llama3_70b", "405B": "llama3_405b"}
 
 
-# torchtitan's qwen3 MoE flavors (models/qwen3/__init__.py at v0.2.2 and 0.3.0): every layer MoE, no shared expert,
-# untied, qk-norm; torchtitan's flavor carries its own RoPE base and norm epsilon (the layout does not depend on them).
-QWEN3_MOE_FLAVORS: dict[str, tuple[int, int, int, int, int, int, int, int, int]] = {
-    # layers, hidden, heads, kv_heads, head_dim, vocab, experts, top_k, expert_ffn
-    "30B-A3B": (48, 2048, 32, 4, 128, 151936, 128, 8, 768),
-    "235B-A22B": (94, 4096, 64, 4, 128, 151936, 128, 8, 1536),
-}
-
-
 @dataclass(frozen=True)
 class TorchtitanModel:
     """A model torchtitan registers: its package (`--model.name`), flavor, Hugging Face repository (tokenizer) and
@@ -88,25 +80,7 @@ def torchtitan_model(model: ModelSpec) -> TorchtitanModel:
     if model.moe is None:
         flavor = llama3_flavor(model)
         return TorchtitanModel("llama3", flavor, f"meta-llama/Llama-3.1-{flavor}", _RECIPES[flavor])
-    moe = model.moe
-    shape = (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim or model.hidden // model.heads,
-             model.vocab, moe.experts, moe.top_k, moe.expert_ffn)  # fmt: skip
-    qwen3 = next((name for name, dims in QWEN3_MOE_FLAVORS.items() if dims == shape), None)
-    if qwen3 is None:
-        raise UnsupportedError(
-            f"{_WHO}: {model.name} is none of torchtitan's qwen3 MoE flavors (30B-A3B, 235B-A22B by layers, hidden, "
-            "heads, kv_heads, head_dim, vocab, experts, top_k, expert_ffn); torchtitan builds only the models it "
-            "registers"
-        )
-    problems = []
-    if moe.shared_experts or not all(model.moe_layer_flags):
-        problems.append("shared experts or dense layers (the flavor has neither)")
-    if model.mlp != "swiglu" or model.bias or model.tied_embeddings or model.position_embeddings or model.alibi:
-        problems.append("not a SwiGLU, bias-free, untied, rotary model")
-    if model.attention.kind != "gqa" or model.attention.sliding_window is not None or model.mtp_layers:
-        problems.append("attention other than full GQA, or MTP layers")
-    if problems:
-        raise UnsupportedError(f"{_WHO}: {model.name} has the qwen3 {qwen3} flavor's shape but {'; '.join(problems)}")
+    qwen3 = qwen3_moe_flavor(model, _WHO, "torchtitan builds only the models it registers")
     # torchtitan 0.3.0 has a recipe for 30B-A3B only; 235B-A22B starts from it with its own model spec
     return TorchtitanModel("qwen3", qwen3, f"Qwen/Qwen3-{qwen3}", "qwen3_30b_a3b")
 
