@@ -1,8 +1,9 @@
 """torchtitan job configs that run as emitted: v0.2.2 TOML (or `--section.key value` overrides) and a 0.3.0 recipe.
 
 torchtitan builds only the models it registers, so the plan's model must be one of its Llama 3.1 flavors
-(`8B`, `70B`, `405B`, matched by shape, RoPE base and Llama 3.1 RoPE scaling); the config names it and
-carries everything else a run needs: the training batch, the parallelism, activation checkpointing and
+(`8B`, `70B`, `405B`, matched by shape, RoPE base and Llama 3.1 RoPE scaling) or, for mixture-of-experts, of its
+Qwen3 MoE flavors (`30B-A3B`, `235B-A22B`, matched by shape); the config names it and carries everything else a
+run needs: the training batch, the parallelism (expert degrees included), activation checkpointing and
 float8. Keys follow `torchtitan/config/job_config.py` at v0.2.2 and, for 0.3.0 (the current release,
 whose configs are Python functions returning `Trainer.Config`, chosen with `--module/--config`),
 `torchtitan/config/configs.py` and `torchtitan/models/llama3/config_registry.py`.
