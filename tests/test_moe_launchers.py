@@ -18,7 +18,7 @@ from optlayout.layout.ranks import expert_grid, grid
 from optlayout.layout.stages import chunk_layer_counts, stage_layer_counts
 from optlayout.presets import model_preset
 from optlayout.specs import JobSpec
-from tests.conftest import require
+from tests.conftest import FIXTURES, require
 from tests.launcher_plans import MOE_PLANS, MoePlan
 
 PLANS = MOE_PLANS
@@ -150,9 +150,14 @@ def test_megatron_moe_rules_are_named(model: str, layout: str, job: dict, rule: 
 def test_the_other_launchers_still_refuse_moe_in_one_line() -> None:
     plan = PLANS[0]
     model, lay = model_preset(plan.model), parse_layout(plan.layout)
-    for fmt in ("megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh"):
-        with pytest.raises(UnsupportedError, match=f"emit {fmt}: Qwen3-30B-A3B: not yet supported: expert paral"):
-            emit(fmt, model, plan.job, lay)
+    with pytest.raises(UnsupportedError, match="emit accelerate: Qwen3-30B-A3B: not yet supported: expert paral"):
+        emit("accelerate", model, plan.job, lay)
+    with pytest.raises(UnsupportedError, match="deepspeed: Qwen3-30B-A3B: DeepSpeed-MoE's expert parallelism lives in"):
+        emit("deepspeed", model, plan.job, lay)
+    deepseek = model_preset("deepseek-v3")  # torchtitan, Bridge and the mesh take experts (their own tests)
+    for fmt in ("torchtitan", "megatron-bridge", "mesh"):
+        with pytest.raises(UnsupportedError, match=f"emit {fmt}: DeepSeek-V3: not yet supported: multi-latent"):
+            emit(fmt, deepseek, plan.job, lay)
 
 
 @pytest.mark.parametrize(
@@ -204,3 +209,99 @@ def test_the_rank_map_lists_the_expert_groups_megatron_builds() -> None:
     for token in ("tp", "ep", "dp", "tp-ep"):
         block = text.split(f"# expert {token} groups\n", 1)[1].split("#", 1)[0]
         assert [json.loads(line) for line in block.splitlines()] == experts.get_ranks(token), token
+
+
+# ---------------------------------------------------------------- Megatron-Bridge 0.3.1, Qwen3 MoE recipes
+
+BRIDGE_PLANS = [
+    ("qwen3-30b-a3b", "dp=16,ep=16,ga=64,sharding=zero1", {"moe_routing": "balanced"}),
+    ("qwen3-30b-a3b", "tp=2,pp=2,dp=4,ep=8,ga=8,sharding=zero1,recompute=full,sp", {}),
+    ("qwen3-30b-a3b", "tp=2,dp=8,ep=4,etp=2,ga=8,sharding=zero1,sp", {"moe_dispatcher": "flex"}),
+    ("qwen3-235b-a22b", "tp=4,pp=16,cp=2,dp=2,ep=8,ga=8,sharding=zero1,sp", {}),
+]
+# what a recipe sets that decides the layout, the dispatcher or the memory the plan counted: the overrides must set
+# each again (Hydra applies them after the recipe, and after its apply_flex_dispatcher_backend)
+_LAYOUT_FIELDS = {
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+    "context_parallel_size", "sequence_parallel", "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "moe_token_dispatcher_type", "recompute_granularity", "recompute_method", "recompute_num_layers",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "layout", "job"), BRIDGE_PLANS, ids=[f"{m}-{lay}" for m, lay, _ in BRIDGE_PLANS])
+def test_bridge_moe_overrides_parse_and_build(model: str, layout: str, job: dict) -> None:
+    """The overrides parse with Hydra (Bridge's parser), name only fields of megatron-core's TransformerConfig or of
+    Bridge 0.3.1's containers, override everything the named recipe (read from v0.3.1's source) sets that decides
+    the layout, and build a TransformerConfig (its MoE rules) with the expert degrees planned."""
+    hydra = require("hydra.core.override_parser.overrides_parser")
+    torch = require("torch")
+    tc = require("megatron.core.transformer.transformer_config")
+    fixtures = FIXTURES / "launchers"
+    bridge = json.loads((fixtures / "megatron_bridge_0.3.1_fields.json").read_text())
+    recipes = json.loads((fixtures / "megatron_bridge_0.3.1_qwen3_moe_recipes.json").read_text())["recipes"]
+    spec, lay = model_preset(model), parse_layout(layout)
+    jobspec = JobSpec(seq_len=4096, global_batch=lay.global_batch, grad_bytes_per_param=4, **job)
+    text = emit("megatron-bridge", spec, jobspec, lay)
+    command = next(n for n in emit_notes("megatron-bridge", spec, jobspec, lay) if n.startswith("torchrun"))
+    recipe = recipes[command.split("--recipe ")[1].split()[0]]
+    values: dict[str, dict] = {}
+    for override in hydra.OverridesParser.create().parse_overrides(overrides=text.splitlines()):
+        section, _, key = override.key_or_group.partition(".")
+        known = set(bridge[section]["fields"]) if section in bridge else set()
+        if section == "model":
+            known |= set(tc.TransformerConfig.__dataclass_fields__)
+        assert key in known or section in ("ddp", "optimizer", "dataset"), override.key_or_group
+        values.setdefault(section, {})[key] = override.value()
+    for key in recipe["sets"]:
+        section, _, field = key.partition(".")
+        if section == "model" and field in _LAYOUT_FIELDS:
+            assert field in values["model"], f"the recipe's {key} is left as the recipe set it"
+    assert "apply_flex_dispatcher_backend" in recipe["calls"] and "moe_token_dispatcher_type" in values["model"]
+    assert "mixed_precision.fp8" not in recipe["sets"] and "mixed_precision" not in values  # bf16_mixed, fp32 grads
+    moe = spec.moe
+    assert moe is not None
+    shape = {
+        "num_layers": spec.layers,
+        "hidden_size": spec.hidden,
+        "num_attention_heads": spec.heads,
+        "num_query_groups": spec.kv_heads,
+        "kv_channels": spec.head_dim,
+        "ffn_hidden_size": spec.ffn,
+        "num_moe_experts": moe.experts,
+        "moe_router_topk": moe.top_k,
+        "moe_ffn_hidden_size": moe.expert_ffn,
+        "moe_grouped_gemm": True,
+        "gated_linear_unit": True,
+        "add_bias_linear": False,
+        "bf16": True,
+        "params_dtype": torch.bfloat16,
+        "pipeline_dtype": torch.bfloat16,
+    }  # fmt: skip  (what the recipe's Hugging Face config gives)
+    core = {k: v for k, v in values["model"].items() if k in tc.TransformerConfig.__dataclass_fields__}
+    config = tc.TransformerConfig(**shape | core)
+    assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (lay.ep, lay.etp)
+    assert config.moe_token_dispatcher_type == jobspec.moe_dispatcher
+    assert config.moe_router_force_load_balancing == (jobspec.moe_routing == "balanced")
+    assert not config.account_for_embedding_in_pipeline_split and not config.account_for_loss_in_pipeline_split
+    counts = stage_layer_counts(spec.layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers)
+    if len(set(counts)) > 1:
+        assert (config.num_layers_in_first_pipeline_stage, config.num_layers_in_last_pipeline_stage) == (
+            counts[0], counts[-1])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "layout", "grad_bytes", "rule"),
+    [
+        ("qwen3-30b-a3b", "dp=16,ep=16,ga=64,sharding=zero1", 2.0, "names its mixed precision 'bf16_mixed'"),
+        ("deepseek-v3", "pp=16,dp=16,ep=16,ga=16", 4.0, "not yet supported: multi-latent"),
+        ("mixtral-8x7b", "tp=2,dp=8,ep=4,etp=2,ga=8,sp", 4.0, "none of the Qwen3 MoE models"),
+        ("qwen3-30b-a3b", "dp=12,ep=3,ga=4", 4.0, "num_experts % expert_model_parallel_size == 0"),
+    ],
+)
+def test_bridge_moe_refusals_name_the_rule(model: str, layout: str, grad_bytes: float, rule: str) -> None:
+    lay = parse_layout(layout)
+    job = JobSpec(seq_len=4096, global_batch=lay.global_batch, grad_bytes_per_param=grad_bytes)
+    with pytest.raises(UnsupportedError) as info:
+        emit("megatron-bridge", model_preset(model), job, lay)
+    assert rule in str(info.value) and "\n" not in str(info.value)

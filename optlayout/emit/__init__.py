@@ -100,6 +100,7 @@ __all__ = [
 
 
 RANKS_MODEL_FEATURES = frozenset({"moe", "mla", "mtp"})  # the rank map shows the expert grid; MLA/MTP move no rank
+EXPERT_FEATURES = frozenset({"moe"})  # torchtitan, Bridge (their Qwen3 MoE models), the mesh: experts, no MLA/MTP
 
 
 def _format(fmt: str, overrides: bool, torchtitan_version: str) -> str:
@@ -136,7 +137,14 @@ def emit(
     key = _format(fmt, overrides, torchtitan_version)
     if key in ("megatron", "ranks"):
         check_costed_order(layout, order)
-    handled = {"megatron": MEGATRON_MODEL_FEATURES, "ranks": RANKS_MODEL_FEATURES}.get(key, frozenset())
+    handled = {
+        "megatron": MEGATRON_MODEL_FEATURES,
+        "ranks": RANKS_MODEL_FEATURES,
+        "torchtitan": EXPERT_FEATURES,
+        "mesh": EXPERT_FEATURES,
+        "megatron-bridge": EXPERT_FEATURES,
+        "deepspeed": EXPERT_FEATURES,
+    }.get(key, frozenset())  # deepspeed refuses MoE itself, naming DeepSpeed-MoE's model-code API
     model.require_dense(f"emit {key}", job.seq_len, handled)
     if key == "megatron":
         return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)

@@ -62,6 +62,56 @@ def dp_split(layout: Layout) -> tuple[int, int]:
     return 1, layout.dp
 
 
+def expert_fsdp_degree(layout: Layout, etp: int, who: str) -> int:
+    """efsdp of torchtitan's sparse mesh `[pp, dp_replicate, efsdp, ep, etp]`: the ranks of the dense region
+    dp_shard x cp x tp left after ep x etp (EP borrows from that region, never from dp_replicate), or a refusal
+    naming the rule when ep x etp does not divide it."""
+    shard = dp_split(layout)[1]
+    region = shard * layout.cp * layout.tp
+    if region % (layout.ep * etp):
+        raise UnsupportedError(
+            f"{who} rule (dp_shard * cp * tp) % (ep * etp) == 0 broken: EP borrows only from dp_shard x cp x tp = "
+            f"{shard} x {layout.cp} x {layout.tp} = {region}, not from dp_replicate (sharding=none), for "
+            f"ep={layout.ep}, etp={etp}"
+        )
+    return region // (layout.ep * etp)
+
+
+# The Qwen3 MoE models torchtitan (models/qwen3/__init__.py at v0.2.2 and 0.3.0) and Megatron-Bridge 0.3.1
+# (recipes/qwen/qwen3_moe.py, from the Hugging Face configs) build: every layer MoE, no shared expert, untied,
+# qk-norm; each brings its own RoPE base and norm epsilon (the layout depends on neither).
+QWEN3_MOE_FLAVORS: dict[str, tuple[int, int, int, int, int, int, int, int, int]] = {
+    # layers, hidden, heads, kv_heads, head_dim, vocab, experts, top_k, expert_ffn
+    "30B-A3B": (48, 2048, 32, 4, 128, 151936, 128, 8, 768),
+    "235B-A22B": (94, 4096, 64, 4, 128, 151936, 128, 8, 1536),
+}
+
+
+def qwen3_moe_flavor(model: ModelSpec, who: str, why: str) -> str:
+    """The Qwen3 MoE flavor (`30B-A3B`, `235B-A22B`) that is this model, or a one-line refusal naming what differs
+    (and `why` only these)."""
+    moe = model.moe
+    shape = None if moe is None else (model.layers, model.hidden, model.heads, model.kv_heads,
+                                      model.head_dim or model.hidden // model.heads, model.vocab, moe.experts,
+                                      moe.top_k, moe.expert_ffn)  # fmt: skip
+    flavor = next((name for name, dims in QWEN3_MOE_FLAVORS.items() if dims == shape), None)
+    if moe is None or flavor is None:
+        raise UnsupportedError(
+            f"{who}: {model.name} is none of the Qwen3 MoE models (30B-A3B, 235B-A22B by layers, hidden, heads, "
+            f"kv_heads, head_dim, vocab, experts, top_k, expert_ffn); {why}"
+        )
+    problems = []
+    if moe.shared_experts or not all(model.moe_layer_flags):
+        problems.append("shared experts or dense layers (the flavor has neither)")
+    if model.mlp != "swiglu" or model.bias or model.tied_embeddings or model.position_embeddings or model.alibi:
+        problems.append("not a SwiGLU, bias-free, untied, rotary model")
+    if model.attention.kind != "gqa" or model.attention.sliding_window is not None or model.mtp_layers:
+        problems.append("attention other than full GQA, or MTP layers")
+    if problems:
+        raise UnsupportedError(f"{who}: {model.name} has Qwen3-{flavor}'s shape but {'; '.join(problems)}")
+    return flavor
+
+
 def gradient_dtype(job: JobSpec, who: str) -> str:
     """The gradient buffers the plan counted: `bf16`/`fp16` for 2 bytes per parameter, `fp32` for 4.
 
@@ -84,9 +134,10 @@ def gradient_dtype(job: JobSpec, who: str) -> str:
     )
 
 
-def planned_state_bytes(job: JobSpec, layout: Layout) -> float:
-    """Training-state bytes per parameter the memory model counts on a GPU (sharded over dp x cp as planned)."""
-    return sum(state_bytes_per_gpu(1.0, job, layout.sharding, layout.dp * layout.cp))
+def planned_state_bytes(job: JobSpec, layout: Layout, group: int | None = None) -> float:
+    """Training-state bytes per parameter the memory model counts on a GPU, sharded as planned over `group`:
+    dp x cp by default (dense parameters), the expert-DP `layout.edp` for routed experts."""
+    return sum(state_bytes_per_gpu(1.0, job, layout.sharding, layout.dp * layout.cp if group is None else group))
 
 
 def fsdp2_state_bytes(shard: int, keep_gathered: bool) -> float:
@@ -96,13 +147,18 @@ def fsdp2_state_bytes(shard: int, keep_gathered: bool) -> float:
     return 16 / shard + (2 if keep_gathered else 0)
 
 
-def fsdp2_fits_plan(job: JobSpec, layout: Layout, shard: int, keep_gathered: bool, who: str) -> None:
-    """Refuse a plan whose state FSDP2 would hold in more bytes than the memory model counted."""
+def fsdp2_fits_plan(
+    job: JobSpec, layout: Layout, shard: int, keep_gathered: bool, who: str, experts: bool = False
+) -> None:
+    """Refuse a plan whose state FSDP2 would hold in more bytes than the memory model counted (with `experts`,
+    for the routed experts, which the plan shards over expert-DP)."""
     gradient_dtype(job, who)
-    kept, planned = fsdp2_state_bytes(shard, keep_gathered), planned_state_bytes(job, layout)
+    kept = fsdp2_state_bytes(shard, keep_gathered)
+    planned = planned_state_bytes(job, layout, layout.edp if experts else None)
     if kept > planned + 1e-9:
         raise UnsupportedError(
-            f"{who}: FSDP2 keeps {kept:.2f} B/param of state here (fp32 weights, gradients and Adam moments over "
+            f"{who}: FSDP2 keeps {kept:.2f} B/param of {'expert ' if experts else ''}state here (fp32 weights, "
+            "gradients and Adam moments over "
             f"{shard} ranks{', plus gathered 16-bit weights' if keep_gathered else ''}), the plan counted "
             f"{planned:.2f} for {layout.sharding.value} with {job.grad_bytes_per_param:g}-byte gradients: plan with "
             "sharding=zero1 or fsdp, or with 4-byte gradients"

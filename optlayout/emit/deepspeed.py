@@ -33,6 +33,12 @@ _WHO = "deepspeed"
 
 def deepspeed_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> dict[str, Any]:
     """The config as a dict (json.dumps-ready)."""
+    if model.moe is not None:
+        raise UnsupportedError(
+            f"{_WHO}: {model.name}: DeepSpeed-MoE's expert parallelism lives in the model code "
+            "(deepspeed.moe.layer.MoE(ep_size=...), its expert and expert-DP groups from deepspeed.utils.groups), "
+            "not in the JSON config this emits; emit megatron, megatron-bridge or torchtitan for an MoE plan"
+        )
     batch = global_batch(job, layout, _WHO)
     node_count(layout, gpus_per_node, _WHO)
     stage = ZERO_STAGE[layout.sharding]

@@ -5,7 +5,11 @@ run_recipe.py --recipe llama31_70b_pretrain_config $(cat overrides.txt)`, applie
 to the recipe's `ConfigContainer` in struct mode (an unknown key is an error). The sections are the
 container's: `model` (the GPT provider, a megatron-core `TransformerConfig`), `train`, `dataset`, `ddp`,
 `optimizer`, `mixed_precision`, `comm_overlap`. NVIDIA publishes its recipes this way, starting from a recipe
-per model, so the plan's model must be one that has a recipe (`BRIDGE_RECIPES`).
+per model, so the plan's model must be one that has a recipe (`BRIDGE_RECIPES`): the Llama 3 / 3.1 ones, and for
+mixture-of-experts the Qwen3 MoE ones (`recipes/qwen/qwen3_moe.py`), which read the shape from the Hugging Face
+config; the overrides then set the expert degrees, the token dispatcher the plan priced (the recipes switch to
+DeepEP's flex dispatcher on GPUs that have it), forced load balance for a balanced benchmark, and the pipeline
+split the plan counted (the 235B recipe counts the embedding and loss as layers in it).
 
 The memory-relevant keys realize the memory model's assumptions: dropout off, gradient buffers of the planned
 width (`mixed_precision.grad_reduce_in_fp32`, which Bridge copies onto `ddp` at setup; recipes that name
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
+from optlayout.emit._checks import global_batch, gradient_dtype, node_count, qwen3_moe_flavor, stage_layers
 from optlayout.emit.megatron import megatron_problems, pipeline_layout_string
 from optlayout.errors import UnsupportedError
 from optlayout.layout.text import format_layout
@@ -33,10 +37,11 @@ class BridgeRecipe:
     """A pretraining recipe of `megatron/bridge/recipes/llama/llama3.py` and what it sets that matters here."""
 
     name: str
-    shape: tuple[int, int, int, int, int]  # layers, hidden, ffn, heads, kv_heads
+    shape: tuple[int, ...]  # layers, hidden, ffn, heads, kv_heads; () for an MoE recipe (matched by Qwen3 flavor)
     llama31: bool  # Llama 3.1 RoPE scaling
     mixed_precision_object: bool  # `cfg.mixed_precision = bf16_mixed()` rather than the string "bf16_mixed"
     comm_overlap: bool  # sets a CommOverlapConfig (TP overlap tuned for one layout)
+    pipeline_split_counts_embedding: bool = False  # account_for_embedding/loss_in_pipeline_split
 
 
 BRIDGE_RECIPES = (
@@ -46,10 +51,17 @@ BRIDGE_RECIPES = (
     BridgeRecipe("llama31_70b_pretrain_config", (80, 8192, 28672, 64, 8), True, True, True),
     BridgeRecipe("llama31_405b_pretrain_config", (126, 16384, 53248, 128, 8), True, True, True),
 )
+BRIDGE_MOE_RECIPES = {  # Qwen3 MoE flavor -> recipe (mixed precision "bf16_mixed" from _pretrain_common, no overlap)
+    "30B-A3B": BridgeRecipe("qwen3_30b_a3b_pretrain_config", (), False, False, False),
+    "235B-A22B": BridgeRecipe("qwen3_235b_a22b_pretrain_config", (), False, False, False, True),
+}
 
 
 def bridge_recipe(model: ModelSpec) -> BridgeRecipe:
-    """The recipe whose model is this one (Llama 3 / 3.1 shapes, vocabulary 128256, RoPE base 500000)."""
+    """The recipe whose model is this one (Llama 3 / 3.1 shapes, vocabulary 128256, RoPE base 500000; Qwen3 MoE)."""
+    if model.moe is not None:
+        names = ", ".join(r.name for r in BRIDGE_MOE_RECIPES.values())
+        return BRIDGE_MOE_RECIPES[qwen3_moe_flavor(model, _WHO, f"the MoE pretraining recipes handled are {names}")]
     shape = (model.layers, model.hidden, model.ffn, model.heads, model.kv_heads)
     llama = model.vocab == 128256 and model.rope_theta == 500000 and model.mlp == "swiglu" and not model.bias
     scaling = None if model.rope_scaling is None else model.rope_scaling == RopeScaling()
@@ -84,6 +96,16 @@ def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
         f"model.context_parallel_size={layout.cp}",
         f"model.sequence_parallel={_bool(layout.sequence_parallel)}",
     ]
+    if model.moe is not None:
+        out += [
+            f"model.expert_model_parallel_size={layout.ep}",
+            f"model.expert_tensor_parallel_size={layout.etp}",
+            f"model.moe_token_dispatcher_type={job.moe_dispatcher}",
+            f"model.moe_router_force_load_balancing={_bool(job.moe_routing == 'balanced')}",
+            f"model.overlap_moe_expert_parallel_comm={_bool(job.moe_ep_overlap)}",
+        ]
+    if recipe.pipeline_split_counts_embedding:  # the plan's split counts transformer layers only
+        out += ["model.account_for_embedding_in_pipeline_split=false", "model.account_for_loss_in_pipeline_split=false"]
     counts = stage_layers(model, layout, _WHO)
     if len(set(counts)) > 1:
         if vp > 1 and any(n % vp for n in counts):
@@ -133,7 +155,7 @@ def _recompute(layout: Layout) -> list[str]:
         ]
     if layout.recompute is Recompute.full:
         return ["model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"]
-    return ["model.recompute_granularity=null"]
+    return ["model.recompute_granularity=null", "model.recompute_method=null", "model.recompute_num_layers=null"]
 
 
 def _bool(value: bool) -> str:

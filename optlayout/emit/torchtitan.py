@@ -1,8 +1,9 @@
 """torchtitan job configs that run as emitted: v0.2.2 TOML (or `--section.key value` overrides) and a 0.3.0 recipe.
 
 torchtitan builds only the models it registers, so the plan's model must be one of its Llama 3.1 flavors
-(`8B`, `70B`, `405B`, matched by shape, RoPE base and Llama 3.1 RoPE scaling); the config names it and
-carries everything else a run needs: the training batch, the parallelism, activation checkpointing and
+(`8B`, `70B`, `405B`, matched by shape, RoPE base and Llama 3.1 RoPE scaling) or, for mixture-of-experts, of its
+Qwen3 MoE flavors (`30B-A3B`, `235B-A22B`, matched by shape); the config names it and carries everything else a
+run needs: the training batch, the parallelism (expert degrees included), activation checkpointing and
 float8. Keys follow `torchtitan/config/job_config.py` at v0.2.2 and, for 0.3.0 (the current release,
 whose configs are Python functions returning `Trainer.Config`, chosen with `--module/--config`),
 `torchtitan/config/configs.py` and `torchtitan/models/llama3/config_registry.py`.
@@ -23,9 +24,19 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from optlayout.emit._checks import dp_split, fsdp2_fits_plan, global_batch, no_dropout, node_count, stage_layers
+from optlayout.emit._checks import (
+    dp_split,
+    expert_fsdp_degree,
+    fsdp2_fits_plan,
+    global_batch,
+    no_dropout,
+    node_count,
+    qwen3_moe_flavor,
+    stage_layers,
+)
 from optlayout.errors import UnsupportedError
 from optlayout.layout.stages import chunk_layer_counts, vp_fits
 from optlayout.layout.text import format_layout
@@ -46,6 +57,33 @@ LLAMA3_FLAVORS: dict[str, tuple[int, int, int, int, int]] = {  # layers, hidden,
     "405B": (126, 16384, 53248, 128, 8),
 }
 _RECIPES = {"8B": "llama3_8b", "70B": "llama3_70b", "405B": "llama3_405b"}
+
+
+@dataclass(frozen=True)
+class TorchtitanModel:
+    """A model torchtitan registers: its package (`--model.name`), flavor, Hugging Face repository (tokenizer) and
+    the 0.3.0 recipe (`config_registry` function) the Python config starts from."""
+
+    name: str
+    flavor: str
+    hf_repo: str
+    recipe: str
+
+    @property
+    def hf_assets(self) -> str:
+        """Where torchtitan's presets expect the tokenizer (`scripts/download_hf_assets.py --assets tokenizer`)."""
+        return f"./assets/hf/{self.hf_repo.split('/')[1]}"
+
+
+def torchtitan_model(model: ModelSpec) -> TorchtitanModel:
+    """The torchtitan model and flavor that is this model (a Llama 3.1 flavor, or a Qwen3 MoE one), or a one-line
+    refusal naming what differs."""
+    if model.moe is None:
+        flavor = llama3_flavor(model)
+        return TorchtitanModel("llama3", flavor, f"meta-llama/Llama-3.1-{flavor}", _RECIPES[flavor])
+    qwen3 = qwen3_moe_flavor(model, _WHO, "torchtitan builds only the models it registers")
+    # torchtitan 0.3.0 has a recipe for 30B-A3B only; 235B-A22B starts from it with its own model spec
+    return TorchtitanModel("qwen3", qwen3, f"Qwen/Qwen3-{qwen3}", "qwen3_30b_a3b")
 
 
 def llama3_flavor(model: ModelSpec) -> str:
@@ -87,10 +125,15 @@ def torchtitan_config(
     version = _check_version(version)
     global_batch(job, layout, _WHO)
     node_count(layout, gpus_per_node, _WHO)
-    flavor = llama3_flavor(model)
+    tt = torchtitan_model(model)
     if job.precision == "fp16":
         raise UnsupportedError(f"{_WHO}: precision fp16 is not supported (training.mixed_precision_param is bfloat16)")
-    no_dropout(job, _WHO, "torchtitan's llama3 has no dropout")
+    if job.precision == "fp8" and model.moe is not None:
+        raise UnsupportedError(
+            f"{_WHO}: precision fp8 with experts: the float8 linear converter leaves the routed experts' grouped "
+            "GEMMs in bf16, which the plan counted in fp8; plan bf16"
+        )
+    no_dropout(job, _WHO, f"torchtitan's {tt.name} has no dropout")
     replicate, shard = dp_split(layout)
     ddp = version == "0.2.2" and layout.sharding is Sharding.none and replicate > 1 and layout.cp == 1
     if ddp and (layout.tp > 1 or layout.pp > 1):
@@ -108,6 +151,10 @@ def torchtitan_config(
         "context_parallel_degree": layout.cp,
         "pipeline_parallel_degree": layout.pp,
     }
+    if model.moe is not None:
+        parallelism |= _experts(job, layout, version)
+    elif layout.ep * layout.etp > 1:
+        raise UnsupportedError(f"{_WHO}: ep={layout.ep}, etp={layout.etp} need a mixture-of-experts model")
     if version == "0.3.0":
         parallelism["enable_sequence_parallel"] = layout.sequence_parallel or layout.tp == 1
     if layout.pp > 1:
@@ -119,12 +166,15 @@ def torchtitan_config(
         "mixed_precision_param": "bfloat16",
         "enable_cpu_offload": False,
     }
-    if version == "0.3.0" and layout.pp > 1:
-        training["disable_cuda_graphs"] = True  # Trainer.Config: "CUDA graphs do not support pipeline parallelism"
+    if version == "0.3.0" and (layout.pp > 1 or layout.ep > 1):
+        # Trainer.Config: "CUDA graphs do not support pipeline parallelism", nor the standard expert-parallel
+        # dispatcher ("CUDA graphs support only expert parallel token dispatcher configurations without CPU
+        # synchronization")
+        training["disable_cuda_graphs"] = True
     ac: dict[str, Any] = {"mode": _AC_MODE[layout.recompute]}
     if layout.recompute is Recompute.selective:
         ac["selective_ac_option"] = "op"
-    model_section: dict[str, Any] = {"name": "llama3", "flavor": flavor, "hf_assets_path": hf_assets(flavor)}
+    model_section: dict[str, Any] = {"name": tt.name, "flavor": tt.flavor, "hf_assets_path": tt.hf_assets}
     config: Config = {"model": model_section, "training": training, "parallelism": parallelism}
     config["activation_checkpoint"] = ac
     # float8 runs compiled, as torchtitan's own 405B preset; async TP stays off (the cost model hides no TP comm)
@@ -135,9 +185,34 @@ def torchtitan_config(
     return config
 
 
-def hf_assets(flavor: str) -> str:
-    """Where torchtitan's presets expect the tokenizer (`scripts/download_hf_assets.py --assets tokenizer`)."""
-    return f"./assets/hf/Llama-3.1-{flavor}"
+def _experts(job: JobSpec, layout: Layout, version: str) -> dict[str, Any]:
+    """The expert degrees, after torchtitan's rules for them (moe.md 2.3).
+
+    torchtitan places the sparse mesh `[pp, dp_replicate, efsdp, ep(, etp)]` over the dense region
+    `dp_shard x cp x tp` (EP borrows from FSDP and TP, `efsdp = dp_shard*cp*tp/(ep*etp)`), which is Megatron's
+    expert grid (etp fastest, then ep, then expert-DP) whenever it is expressible; with ep=1 the experts are
+    tensor-parallel over tp, as the other weights.
+    """
+    ep, etp, tp = layout.ep, layout.etp, layout.tp
+    runs = tp if ep == 1 else etp  # the expert TP torchtitan applies
+    if ep == 1 and etp != tp:
+        raise UnsupportedError(
+            f"{_WHO} {version} rule etp == tp when ep == 1 broken: without expert parallelism torchtitan shards the "
+            f"experts over tp={tp} like the other weights, the plan over etp={etp}"
+        )
+    if version == "0.3.0" and ep > 1 and etp > 1:
+        raise UnsupportedError(
+            f"{_WHO} 0.3.0 has no expert tensor parallelism (expert_tensor_parallel_degree was removed after v0.2.2, "
+            f"PR #3167): etp={etp} with ep={ep}; plan etp=1 or target torchtitan 0.2.2"
+        )
+    if ep > 1 and etp not in (1, tp):
+        raise UnsupportedError(f"{_WHO} v0.2.2 rule ETP=TP or ETP=1 broken: etp={etp}, tp={tp}")
+    keep = layout.sharding in (Sharding.zero1, Sharding.zero2)
+    fsdp2_fits_plan(job, layout, expert_fsdp_degree(layout, runs, _WHO), keep, _WHO, experts=True)
+    out: dict[str, Any] = {"expert_parallel_degree": ep}
+    if version == "0.2.2":
+        out["expert_tensor_parallel_degree"] = runs
+    return out
 
 
 def _pipeline(model: ModelSpec, layout: Layout, version: str) -> dict[str, Any]:
@@ -199,7 +274,8 @@ def torchtitan_notes(
     model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8, version: str = CURRENT_TORCHTITAN
 ) -> list[str]:
     """The plan, the launch command and what the config substitutes, as comment lines (without `# `)."""
-    config = torchtitan_config(model, job, layout, gpus_per_node, version)
+    torchtitan_config(model, job, layout, gpus_per_node, version)  # its refusals first
+    tt = torchtitan_model(model)
     nodes, per_node = node_count(layout, gpus_per_node, _WHO)
     run = (
         "--job.config_file job.toml"
@@ -207,16 +283,25 @@ def torchtitan_notes(
         else "--module optlayout_job --config optlayout_job  (with this file as optlayout_job.py on PYTHONPATH)"
     )
     notes = [
-        f"optlayout: {model.name} (torchtitan llama3 {config['model']['flavor']}), {format_layout(layout)}, "
+        f"optlayout: {model.name} (torchtitan {tt.name} {tt.flavor}), {format_layout(layout)}, "
         f"seq {job.seq_len}, {job.precision}; torchtitan {version}",
         f"world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; on each node: torchrun --nnodes {nodes} "
         f"--nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID --master-addr $MASTER_ADDR "
         f"--master-port 29500 -m torchtitan.train {run}",
-        f"tokenizer from {hf_assets(config['model']['flavor'])} (python scripts/download_hf_assets.py --repo_id "
-        f"meta-llama/Llama-3.1-{config['model']['flavor']} --assets tokenizer); data: torchtitan's c4 loader",
+        f"tokenizer from {tt.hf_assets} (python scripts/download_hf_assets.py --repo_id {tt.hf_repo} --assets "
+        "tokenizer); data: torchtitan's c4 loader",
         "memory: FSDP2 keeps fp32 weights, gradients and Adam moments sharded over dp_shard x cp (16 B/param), no "
         "dropout, no offloading",
     ]
+    if model.moe is not None:
+        etp = layout.tp if layout.ep == 1 else layout.etp
+        efsdp = expert_fsdp_degree(layout, etp, _WHO)
+        notes += [
+            f"experts: ep={layout.ep} x etp={etp} borrowed from dp_shard x cp x tp, FSDP2 over efsdp={efsdp} (the "
+            f"plan's expert-DP is {layout.edp}); the token all-to-all is torchtitan's standard dispatcher",
+            f"the {tt.flavor} flavor brings its own RoPE base, norm epsilon and qk-norm ({2 * model.layers} norms of "
+            f"head_dim, which the plan does not count)",
+        ]
     if layout.sharding in (Sharding.zero1, Sharding.zero2):
         notes.append("torchtitan has no ZeRO-1/2: FSDP without resharding after forward stands in (no more memory)")
     if layout.sharding is Sharding.none and layout.dp > 1:
@@ -272,9 +357,10 @@ def torchtitan_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_pe
 
 def torchtitan_python(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8) -> str:
     """A torchtitan 0.3.0 config module: `optlayout_job()` starts from torchtitan's own recipe for the flavor
-    (`llama3_70b()`: optimizer, data, checkpoints) and sets the model, batch, parallelism and recompute."""
+    (`llama3_70b()`, `qwen3_30b_a3b()`: optimizer, data, checkpoints) and sets the model, batch, parallelism and
+    recompute."""
     config = torchtitan_config(model, job, layout, gpus_per_node, "0.3.0")
-    flavor = config["model"]["flavor"]
+    tt = torchtitan_model(model)
     fp8 = job.precision == "fp8"
     converters = (
         f'[Float8LinearConverter.Config(filter_fqns=["{_OUTPUT["0.3.0"]}"], model_compile_enabled=True)]'
@@ -293,14 +379,14 @@ def torchtitan_python(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
     lines += [
         "from torchtitan.config import CompileConfig, ParallelismConfig",
         "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
-        "from torchtitan.models.llama3 import model_registry",
-        f"from torchtitan.models.llama3.config_registry import {_RECIPES[flavor]}",
+        f"from torchtitan.models.{tt.name} import model_registry",
+        f"from torchtitan.models.{tt.name}.config_registry import {tt.recipe}",
         "from torchtitan.trainer import Trainer",
         "",
         "",
         "def optlayout_job() -> Trainer.Config:",
-        f"    config = {_RECIPES[flavor]}()",
-        f'    config.model_spec = model_registry("{flavor}", converters={converters})',
+        f"    config = {tt.recipe}()",
+        f'    config.model_spec = model_registry("{tt.flavor}", converters={converters})',
         f'    config.hf_assets_path = "{config["model"]["hf_assets_path"]}"',
     ]
     lines += [f"    config.training.{k} = {v!r}" for k, v in config["training"].items()]
