@@ -388,19 +388,6 @@ def step_time(
     )
 
 
-def slowest_stage(
-    model: ModelSpec,
-    job: JobSpec,
-    layout: Layout,
-    gpu: GpuSpec,
-    links: comm.GroupLinks,
-    params: CostParams,
-    memo: dict[tuple[object, ...], Any] | None = None,
-) -> StageTimes:
-    """One micro-batch's times on the slowest pipeline stage (see `step_time` for `memo`)."""
-    return _slowest_stage(model, job, layout, gpu, links, params, memo)[0]
-
-
 def _slowest_stage(
     model: ModelSpec,
     job: JobSpec,
@@ -488,5 +475,5 @@ def step_floor_s(
 ) -> float:
     """The step's compute, exposed TP/CP/EP time and bubble (`step_time` less pipeline sends, data-parallel
     traffic, optimizer and overhead): a lower bound on its step time that needs no parameter counts."""
-    total = slowest_stage(model, job, layout, gpu, links, params, memo).total_s
+    total = _slowest_stage(model, job, layout, gpu, links, params, memo)[0].total_s
     return (layout.grad_accum + (layout.pp - 1) / layout.vp) * total
