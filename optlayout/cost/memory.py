@@ -28,6 +28,9 @@ from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
+# what the in-flight activations per stage depend on: the whole layout but its sharding
+_ALL_BUT_SHARDING = tuple(name for name in Layout.model_fields if name != "sharding")
+
 __all__ = ["ACT_BYTES", "MemoryBreakdown", "kv_width_per_rank", "memory_per_gpu"]
 
 
@@ -236,43 +239,22 @@ def memory_per_gpu(
     memo: dict[tuple[object, ...], Any] | None = None,
 ) -> MemoryBreakdown:
     """Memory on the fullest pipeline stage, per GPU. `memo` (owned by the caller for one model, job and params)
-    keeps the stage parameters and the per-layer activations that layouts differing in sharding or accumulation
-    share."""
-    ranks = rank_chunk_kinds(model.layer_kinds, layout)
+    keeps the stage parameters, the per-layer activations and the in-flight activations per stage that layouts
+    differing in sharding (or, for the first two, accumulation) share."""
     kinds = set(model.layer_kinds)
-    counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
-    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
-    tokens = job.seq_len * layout.micro_batch / layout.cp
-    sp_div = layout.tp if layout.sequence_parallel else 1
-    last = layout.pp - 1
-    # full recomputation re-runs one layer at a time in the backward: its whole activations live at the peak
-    recomputing = 0.0
-    if layout.recompute == Recompute.full:
-        whole = layout.model_copy(update={"recompute": Recompute.none})
-        recomputing = max(activation_bytes_per_layer(model, job, whole, k, params) for k in kinds)
     per_stage = stage_params_per_stage(model, layout, memo)
-    chunk_bytes = [[sum(n * per_kind[k] for k, n in chunk) for chunk in chunks] for chunks in ranks]
-    if model.mtp_layers:  # the MTP modules run after the last layer, in the last rank's last chunk
-        chunk_bytes[last][-1] += model.mtp_layers * per_kind[mtp_kind(model)]
-    signatures = [(tuple(c), per_stage[i]) for i, c in enumerate(chunk_bytes)]
+    counts, stage_acts = _stage_activations(model, job, layout, params, memo)
+    buffers = 0.0
+    if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
+        # unsharded weights of the prefetched layers and their gradients before reduce-scatter
+        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
+        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
+                     for k in kinds)  # fmt: skip
+        buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
     best: MemoryBreakdown | None = None
-    for stage in _candidate_fullest_stages(signatures):
+    for stage, acts in stage_acts:
         stage_p = per_stage[stage]
         weights, grads, optim = stage_state_bytes(stage_p, job, layout)
-        acts, first_chunk = inflight_bytes(layout, chunk_bytes[stage], stage)
-        acts += recomputing
-        if stage == 0:  # embedding output, held by the micro-batches in flight in the first model chunk
-            acts += first_chunk * ACT_BYTES * tokens * model.hidden / sp_div
-        if stage == last:
-            # logits of one micro-batch kept for the loss's backward, vocab-parallel (and one per MTP module)
-            acts += (1 + model.mtp_layers) * params.logits_bytes_per_element * tokens * model.vocab / layout.tp
-        buffers = 0.0
-        if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
-            # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-            moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
-            widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
-                         for k in kinds)  # fmt: skip
-            buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
         row = MemoryBreakdown(
             stage=stage,
             layers_on_stage=counts[stage],
@@ -291,6 +273,47 @@ def memory_per_gpu(
             best = row
     assert best is not None
     return best
+
+
+def _stage_activations(
+    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+) -> tuple[list[int], list[tuple[int, float]]]:
+    """(layers per stage, [(stage, activation bytes at its peak)] for the stages that can be the fullest): all but
+    the sharding of the layout decide them, so they go through the memo under a key without it."""
+    key = ("stage_acts", *(getattr(layout, f) for f in _ALL_BUT_SHARDING))
+    found = memo.get(key) if memo is not None else None
+    if found is not None:
+        return found
+    ranks = rank_chunk_kinds(model.layer_kinds, layout)
+    kinds = set(model.layer_kinds)
+    counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
+    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+    tokens = job.seq_len * layout.micro_batch / layout.cp
+    sp_div = layout.tp if layout.sequence_parallel else 1
+    last = layout.pp - 1
+    # full recomputation re-runs one layer at a time in the backward: its whole activations live at the peak
+    recomputing = 0.0
+    if layout.recompute == Recompute.full:
+        whole = layout.model_copy(update={"recompute": Recompute.none})
+        recomputing = max(activation_bytes_per_layer(model, job, whole, k, params) for k in kinds)
+    per_stage = stage_params_per_stage(model, layout, memo)
+    chunk_bytes = [[sum(n * per_kind[k] for k, n in chunk) for chunk in chunks] for chunks in ranks]
+    if model.mtp_layers:  # the MTP modules run after the last layer, in the last rank's last chunk
+        chunk_bytes[last][-1] += model.mtp_layers * per_kind[mtp_kind(model)]
+    signatures = [(tuple(c), per_stage[i]) for i, c in enumerate(chunk_bytes)]
+    stage_acts: list[tuple[int, float]] = []
+    for stage in _candidate_fullest_stages(signatures):
+        acts, first_chunk = inflight_bytes(layout, chunk_bytes[stage], stage)
+        acts += recomputing
+        if stage == 0:  # embedding output, held by the micro-batches in flight in the first model chunk
+            acts += first_chunk * ACT_BYTES * tokens * model.hidden / sp_div
+        if stage == last:
+            # logits of one micro-batch kept for the loss's backward, vocab-parallel (and one per MTP module)
+            acts += (1 + model.mtp_layers) * params.logits_bytes_per_element * tokens * model.vocab / layout.tp
+        stage_acts.append((stage, acts))
+    if memo is not None:
+        memo[key] = (counts, stage_acts)
+    return counts, stage_acts
 
 
 def _per_kind_activation_bytes(
