@@ -11,6 +11,7 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kin
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 # what the in-flight activations per stage depend on: the whole layout but its sharding
-_ALL_BUT_SHARDING = tuple(name for name in Layout.model_fields if name != "sharding")
+_all_but_sharding = operator.attrgetter(*(name for name in Layout.model_fields if name != "sharding"))
 
 __all__ = ["ACT_BYTES", "MemoryBreakdown", "kv_width_per_rank", "memory_per_gpu"]
 
@@ -251,28 +252,29 @@ def memory_per_gpu(
         widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
                      for k in kinds)  # fmt: skip
         buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
-    best: MemoryBreakdown | None = None
+    # the fullest stage by the same sum `MemoryBreakdown.total_bytes` takes, its breakdown built once
+    best: tuple[float, int, tuple[float, float, float], float] | None = None
     for stage, acts in stage_acts:
-        stage_p = per_stage[stage]
-        weights, grads, optim = stage_state_bytes(stage_p, job, layout)
-        row = MemoryBreakdown(
-            stage=stage,
-            layers_on_stage=counts[stage],
-            param_count_on_gpu=stage_p.total,
-            param_count_per_stage=tuple(p.total for p in per_stage),
-            weights_bytes=weights,
-            gradients_bytes=grads,
-            optimizer_bytes=optim,
-            activations_bytes=acts,
-            buffers_bytes=buffers,
-            reserve_bytes=params.runtime_reserve_bytes,
-            expert_param_count_on_gpu=stage_p.experts,
-            expert_param_count_per_stage=tuple(p.experts for p in per_stage),
-        )
-        if best is None or row.total_bytes > best.total_bytes:
-            best = row
+        state = stage_state_bytes(per_stage[stage], job, layout)
+        total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes
+        if best is None or total > best[0]:
+            best = (total, stage, state, acts)
     assert best is not None
-    return best
+    _, stage, (weights, grads, optim), acts = best
+    return MemoryBreakdown(
+        stage=stage,
+        layers_on_stage=counts[stage],
+        param_count_on_gpu=per_stage[stage].total,
+        param_count_per_stage=tuple(p.total for p in per_stage),
+        weights_bytes=weights,
+        gradients_bytes=grads,
+        optimizer_bytes=optim,
+        activations_bytes=acts,
+        buffers_bytes=buffers,
+        reserve_bytes=params.runtime_reserve_bytes,
+        expert_param_count_on_gpu=per_stage[stage].experts,
+        expert_param_count_per_stage=tuple(p.experts for p in per_stage),
+    )
 
 
 def _stage_activations(
@@ -280,7 +282,7 @@ def _stage_activations(
 ) -> tuple[list[int], list[tuple[int, float]]]:
     """(layers per stage, [(stage, activation bytes at its peak)] for the stages that can be the fullest): all but
     the sharding of the layout decide them, so they go through the memo under a key without it."""
-    key = ("stage_acts", *(getattr(layout, f) for f in _ALL_BUT_SHARDING))
+    key = ("stage_acts", *_all_but_sharding(layout))
     found = memo.get(key) if memo is not None else None
     if found is not None:
         return found
