@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.runs.agreement import recipe_agreement
-from optlayout.runs.compare import compare_runs
+from optlayout.runs.compare import GroupRanking, compare_runs, ranking_problem
+from optlayout.runs.predict import predict_run
 from optlayout.runs.records import read_runs
+from optlayout.solver.oracle import rank_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"
 # every fixture run, and one over memory (ranked by its throughput, as `compare` ranks it)
@@ -33,3 +36,23 @@ def test_a_capped_walk_says_beyond_and_keeps_the_pick() -> None:
     assert capped.beyond and capped.rank == 21
     assert capped.best.layout == exact.best.layout and capped.claimed_gain == exact.claimed_gain
     assert recipe_agreement(record, DEFAULT_PARAMS, max_rank=exact.rank).rank == exact.rank  # not beyond
+
+
+@pytest.mark.parametrize("record", RUNS[:6], ids=[r.id for r in RUNS[:6]])
+def test_the_bounded_ranking_keeps_what_the_exhaustive_one_says_at_or_above_its_floor(record) -> None:
+    problem = ranking_problem(record, DEFAULT_PARAMS)
+    full = GroupRanking.of(rank_problem(problem))
+    predicted = predict_run(record, DEFAULT_PARAMS)
+    run_floor = predicted.prediction.tokens_per_s_per_gpu * predicted.layout.gpus
+    gpus = problem.topology.num_gpus
+    floors = [-math.inf, run_floor, run_floor * 1.5, (full.best[1] if full.best else 0.0) * gpus * 2.0]
+    for floor in floors:
+        bounded = GroupRanking.bounded(ranking_problem(record, DEFAULT_PARAMS), floor)
+        assert (bounded.count, bounded.best) == (full.count, full.best)
+        assert bounded.descending_tps == [tps for tps in full.descending_tps if tps * gpus >= floor]
+        assert bounded.position == {
+            ident: k for ident, k in full.position.items() if full.descending_tps[k - 1] * gpus >= floor
+        }
+        if floor <= run_floor:  # what compare asks: the run's own rank, with the floor at its prediction
+            tps = predicted.prediction.tokens_per_s_per_gpu
+            assert bounded.rank_of(predicted.layout, tps) == full.rank_of(predicted.layout, tps)

@@ -11,6 +11,7 @@ parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attentio
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ from optlayout.cost.moe import dense_moe_params_per_rank, expert_params_per_gpu,
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
+
+# what the in-flight activations per stage depend on: the whole layout but its sharding
+_all_but_sharding = operator.attrgetter(*(name for name in Layout.model_fields if name != "sharding"))
 
 __all__ = ["ACT_BYTES", "MemoryBreakdown", "kv_width_per_rank", "memory_per_gpu"]
 
@@ -236,8 +240,52 @@ def memory_per_gpu(
     memo: dict[tuple[object, ...], Any] | None = None,
 ) -> MemoryBreakdown:
     """Memory on the fullest pipeline stage, per GPU. `memo` (owned by the caller for one model, job and params)
-    keeps the stage parameters and the per-layer activations that layouts differing in sharding or accumulation
-    share."""
+    keeps the stage parameters, the per-layer activations and the in-flight activations per stage that layouts
+    differing in sharding (or, for the first two, accumulation) share."""
+    kinds = set(model.layer_kinds)
+    per_stage = stage_params_per_stage(model, layout, memo)
+    counts, stage_acts = _stage_activations(model, job, layout, params, memo)
+    buffers = 0.0
+    if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
+        # unsharded weights of the prefetched layers and their gradients before reduce-scatter
+        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
+        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
+                     for k in kinds)  # fmt: skip
+        buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+    # the fullest stage by the same sum `MemoryBreakdown.total_bytes` takes, its breakdown built once
+    best: tuple[float, int, tuple[float, float, float], float] | None = None
+    for stage, acts in stage_acts:
+        state = stage_state_bytes(per_stage[stage], job, layout)
+        total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes
+        if best is None or total > best[0]:
+            best = (total, stage, state, acts)
+    assert best is not None
+    _, stage, (weights, grads, optim), acts = best
+    return MemoryBreakdown(
+        stage=stage,
+        layers_on_stage=counts[stage],
+        param_count_on_gpu=per_stage[stage].total,
+        param_count_per_stage=tuple(p.total for p in per_stage),
+        weights_bytes=weights,
+        gradients_bytes=grads,
+        optimizer_bytes=optim,
+        activations_bytes=acts,
+        buffers_bytes=buffers,
+        reserve_bytes=params.runtime_reserve_bytes,
+        expert_param_count_on_gpu=per_stage[stage].experts,
+        expert_param_count_per_stage=tuple(p.experts for p in per_stage),
+    )
+
+
+def _stage_activations(
+    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+) -> tuple[list[int], list[tuple[int, float]]]:
+    """(layers per stage, [(stage, activation bytes at its peak)] for the stages that can be the fullest): all but
+    the sharding of the layout decide them, so they go through the memo under a key without it."""
+    key = ("stage_acts", *_all_but_sharding(layout))
+    found = memo.get(key) if memo is not None else None
+    if found is not None:
+        return found
     ranks = rank_chunk_kinds(model.layer_kinds, layout)
     kinds = set(model.layer_kinds)
     counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
@@ -255,10 +303,8 @@ def memory_per_gpu(
     if model.mtp_layers:  # the MTP modules run after the last layer, in the last rank's last chunk
         chunk_bytes[last][-1] += model.mtp_layers * per_kind[mtp_kind(model)]
     signatures = [(tuple(c), per_stage[i]) for i, c in enumerate(chunk_bytes)]
-    best: MemoryBreakdown | None = None
+    stage_acts: list[tuple[int, float]] = []
     for stage in _candidate_fullest_stages(signatures):
-        stage_p = per_stage[stage]
-        weights, grads, optim = stage_state_bytes(stage_p, job, layout)
         acts, first_chunk = inflight_bytes(layout, chunk_bytes[stage], stage)
         acts += recomputing
         if stage == 0:  # embedding output, held by the micro-batches in flight in the first model chunk
@@ -266,31 +312,10 @@ def memory_per_gpu(
         if stage == last:
             # logits of one micro-batch kept for the loss's backward, vocab-parallel (and one per MTP module)
             acts += (1 + model.mtp_layers) * params.logits_bytes_per_element * tokens * model.vocab / layout.tp
-        buffers = 0.0
-        if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
-            # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-            moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
-            widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
-                         for k in kinds)  # fmt: skip
-            buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
-        row = MemoryBreakdown(
-            stage=stage,
-            layers_on_stage=counts[stage],
-            param_count_on_gpu=stage_p.total,
-            param_count_per_stage=tuple(p.total for p in per_stage),
-            weights_bytes=weights,
-            gradients_bytes=grads,
-            optimizer_bytes=optim,
-            activations_bytes=acts,
-            buffers_bytes=buffers,
-            reserve_bytes=params.runtime_reserve_bytes,
-            expert_param_count_on_gpu=stage_p.experts,
-            expert_param_count_per_stage=tuple(p.experts for p in per_stage),
-        )
-        if best is None or row.total_bytes > best.total_bytes:
-            best = row
-    assert best is not None
-    return best
+        stage_acts.append((stage, acts))
+    if memo is not None:
+        memo[key] = (counts, stage_acts)
+    return counts, stage_acts
 
 
 def _per_kind_activation_bytes(

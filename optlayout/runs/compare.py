@@ -6,7 +6,9 @@ tokens/s/GPU, so sources that count FLOPs differently are compared on throughput
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import os
 import statistics
 from collections import defaultdict
@@ -18,9 +20,20 @@ from optlayout.cost import CostParams
 from optlayout.errors import OptlayoutError
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
-from optlayout.solver.candidates import Candidate, layout_identity
-from optlayout.solver.oracle import rank_every_layout
-from optlayout.specs import Layout
+from optlayout.solver.candidates import (
+    THROUGHPUT_RESOLUTION,
+    Candidate,
+    capacity_mib,
+    layout_identity,
+    memory_mib,
+    passes_limits,
+    rank_key,
+    throughput_scale,
+)
+from optlayout.solver.oracle import rank_problem
+from optlayout.solver.problem import Problem
+from optlayout.solver.space import LayoutGroup, enumerate_groups
+from optlayout.specs import Layout, Sharding
 from optlayout.topology import topology_from_cluster
 
 ParamsFor = Callable[[str, str], CostParams]
@@ -31,9 +44,14 @@ def group_label(record: RunRecord) -> str:
     return f"{record.model.name} | {c.gpu} x {c.gpus} | seq {j.seq_len} | batch {j.global_batch} | {j.precision}"
 
 
-def _ranking(record: RunRecord, params: CostParams) -> list[Candidate]:
-    """Every feasible layout for the run's model, cluster and job, best first (the oracle walk)."""
-    return rank_every_layout(record.model, run_job(record), topology_from_cluster(record.cluster), params)
+def ranking_problem(record: RunRecord, params: CostParams) -> Problem:
+    """The space a run's layout is ranked in: its model, cluster and job, the default search options."""
+    return Problem(record.model, run_job(record), topology_from_cluster(record.cluster), params)
+
+
+# sharding variants whose memory never rises along the tuple (the state is divided over more of its parts; the
+# activations do not depend on sharding): FSDP's prefetch buffers take it out of the chain
+_STATE_CHAIN = (Sharding.none, Sharding.zero1, Sharding.zero2)
 
 
 @dataclass(frozen=True)
@@ -53,12 +71,99 @@ class GroupRanking:
         best = (ranking[0].layout, ranking[0].evaluation.tokens_per_s_per_gpu) if ranking else None
         return cls(len(ranking), position, best, [c.evaluation.tokens_per_s_per_gpu for c in ranking])
 
+    @classmethod
+    def bounded(cls, problem: Problem, floor_tokens_per_s: float) -> GroupRanking:
+        """What `of(rank_problem(problem))` keeps for every layout at or above `floor_tokens_per_s` (cluster
+        tokens/s), without the step time of the layouts that cannot reach it nor the best.
+
+        Every layout's memory is found (the count is of all feasible layouts), the exact memory only where the
+        state alone fits and, along the sharding chain none, ZeRO-1, ZeRO-2 (memory never rises along it), only
+        to find where the variant starts to fit. Each group with a feasible layout is bounded once
+        (`CostTable.throughput_bound`); groups are evaluated best bound first until a bound falls below both the
+        floor and the best feasible layout found (less two objective units, the rank key's rounding). So the
+        best, the count, and the position and throughput of every layout at or above the floor are exact; the
+        positions below it are left out, and so are the throughputs of layouts below the floor."""
+        table, limits = problem.table, problem.limits
+        if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
+            return cls.of(rank_problem(problem))
+        topo = problem.topology
+        walk_all = dataclasses.replace(problem.options, all_grad_accum=True)
+        cap_bytes, cap_mib = limits.memory_capacity_bytes, capacity_mib(limits.memory_capacity_bytes)
+        state_ok: dict[tuple[object, ...], bool] = {}
+
+        def fits(lay: Layout) -> bool:
+            key = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.ep, lay.etp)
+            ok = state_ok.get(key)
+            if ok is None:
+                ok = state_ok[key] = table.state_fits(lay, cap_bytes)
+            return ok and memory_mib(table.memory(lay).total_bytes) <= cap_mib
+
+        feasible: set[tuple[object, ...]] = set()
+        bounded_groups: list[tuple[float, int, list[Layout]]] = []
+        for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
+                                                   walk_all)):  # fmt: skip
+            if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
+                continue
+            fitting = _fitting_layouts(group, fits)
+            if fitting:
+                feasible.update(layout_identity(lay) for lay in fitting)
+                bounded_groups.append((table.throughput_bound(group), i, fitting))
+        bounded_groups.sort(key=lambda entry: (-entry[0], entry[1]))
+        margin = 2.0 * (bounded_groups[0][0] if bounded_groups else 0.0) / THROUGHPUT_RESOLUTION
+        best = -math.inf
+        evaluated: list[Candidate] = []
+        for bound, _, fitting in bounded_groups:
+            if bound < min(floor_tokens_per_s, best) - margin:
+                break
+            for lay in fitting:
+                cand = table.candidate(lay)
+                if passes_limits(cand, limits):
+                    evaluated.append(cand)
+                    best = max(best, cand.cluster_tokens_per_s)
+        scale = throughput_scale(evaluated)
+        ranking: dict[tuple[object, ...], Candidate] = {}
+        for cand in sorted(evaluated, key=lambda c: rank_key(c, scale)):
+            ranking.setdefault(layout_identity(cand.layout), cand)
+        ranked = list(ranking.values())
+        full = cls.of(ranked)
+        kept = {
+            ident: k for ident, k in full.position.items() if ranked[k - 1].cluster_tokens_per_s >= floor_tokens_per_s
+        }
+        above = [c.evaluation.tokens_per_s_per_gpu for c in ranked if c.cluster_tokens_per_s >= floor_tokens_per_s]
+        return cls(len(feasible), kept, full.best, above)
+
     def rank_of(self, layout: Layout, tokens_per_s_per_gpu: float) -> int | None:
         """The layout's position; one outside the searched space or over memory ranks by its throughput."""
         found = self.position.get(layout_identity(layout))
         if found is not None or not self.count:
             return found
         return 1 + sum(tps > tokens_per_s_per_gpu for tps in self.descending_tps)
+
+
+def _batch_ok(group: LayoutGroup, lo: int | None, hi: int | None) -> bool:
+    """The group's global batch (the same for all its layouts) within the model's batch limits."""
+    d = group.degrees
+    batch = int(d["micro_batch"] or 1) * int(d["dp"] or 1) * int(d["grad_accum"] or 1)
+    return (lo is None or batch >= lo) and (hi is None or batch <= hi)
+
+
+def _fitting_layouts(group: LayoutGroup, fits: Callable[[Layout], bool]) -> list[Layout]:
+    """The group's layouts that fit; along `_STATE_CHAIN` a variant fits from its first fitting sharding on, found
+    by bisection."""
+    out: list[Layout] = []
+    chain = [s for s in _STATE_CHAIN if s in group.shardings]
+    others = [s for s in group.shardings if s not in _STATE_CHAIN]
+    for recompute, sp in group.variants():
+        lo, hi = 0, len(chain)  # the first fitting index of the chain lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(group.layout(chain[mid], recompute, sp)):
+                hi = mid
+            else:
+                lo = mid + 1
+        out += [group.layout(s, recompute, sp) for s in chain[lo:]]
+        out += [lay for lay in (group.layout(s, recompute, sp) for s in others) if fits(lay)]
+    return out
 
 
 def compare_runs(
@@ -120,13 +225,25 @@ class UnitResult:
 
 
 def compare_unit(unit: Unit) -> UnitResult:
-    rows: list[tuple[dict[str, Any], RunPrediction]] = []
+    """The unit's rows: its runs predicted in order, then one ranking for them all, bounded at the slowest
+    prediction (an error of the ranking comes first, as the ranking is of every run of the unit)."""
+    preds: list[RunPrediction] = []
+    predict_error: OptlayoutError | None = None
     try:
-        ranking = GroupRanking.of(_ranking(unit.records[0], unit.params)) if unit.rank_layouts else None
         for rec in unit.records:
-            rows.append(_row(rec, predict_run(rec, unit.params), ranking))
+            preds.append(predict_run(rec, unit.params))
     except OptlayoutError as exc:
-        return UnitResult(unit.indices, rows, (unit.indices[len(rows)], exc))
+        predict_error = exc
+    ranking = None
+    if unit.rank_layouts:
+        floor = min((p.prediction.tokens_per_s_per_gpu * p.layout.gpus for p in preds), default=-math.inf)
+        try:
+            ranking = GroupRanking.bounded(ranking_problem(unit.records[0], unit.params), floor)
+        except OptlayoutError as exc:
+            return UnitResult(unit.indices, [], (unit.indices[0], exc))
+    rows = [_row(rec, pred, ranking) for rec, pred in zip(unit.records, preds, strict=False)]
+    if predict_error is not None:
+        return UnitResult(unit.indices, rows, (unit.indices[len(rows)], predict_error))
     return UnitResult(unit.indices, rows)
 
 
