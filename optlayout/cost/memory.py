@@ -95,9 +95,7 @@ class StageParams:
     experts: float
 
 
-def stage_params(
-    model: ModelSpec, layout: Layout, stage: int, held: tuple[tuple[LayerKind, int], ...]
-) -> StageParams:
+def stage_params(model: ModelSpec, layout: Layout, stage: int, held: tuple[tuple[LayerKind, int], ...]) -> StageParams:
     """Parameters held by one GPU of a stage holding `held` layers of each kind: the layers TP-sharded, their
     routed experts over etp x ep; the vocab-parallel embedding on the first stage, the output layer on the last,
     and there the multi-token-prediction modules with their own copy of the (shared) embedding when pp > 1."""
@@ -283,7 +281,7 @@ def _stage_activations(
     """(layers per stage, [(stage, activation bytes at its peak)] for the stages that can be the fullest): all but
     the sharding of the layout decide them, so they go through the memo under a key without it."""
     key = ("stage_acts", *_all_but_sharding(layout))
-    found = memo.get(key) if memo is not None else None
+    found: tuple[list[int], list[tuple[int, float]]] | None = memo.get(key) if memo is not None else None
     if found is not None:
         return found
     ranks = rank_chunk_kinds(model.layer_kinds, layout)

@@ -135,7 +135,12 @@ def routed_times(
 
 
 def _routed_times(
-    model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, links: comm.GroupLinks, params: CostParams,
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
     t_loc: float,
 ) -> MoeTimes:
     """The router and the routed experts of one MoE layer on one GPU holding `t_loc` tokens."""
@@ -165,7 +170,12 @@ def _routed_times(
 
 
 def _comm_s(
-    model: ModelSpec, job: JobSpec, layout: Layout, links: comm.GroupLinks, params: CostParams, t_loc: float,
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    links: comm.GroupLinks,
+    params: CostParams,
+    t_loc: float,
     load: float,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of the block's token exchange: two all-to-alls each way over the EP group, and
@@ -239,4 +249,3 @@ def dense_moe_params_per_rank(model: ModelSpec, tp: int) -> float:
     """The non-routed FFN parameters of one MoE layer on one TP rank: shared experts (TP-split) and the router
     (replicated)."""
     return model.shared_expert_param_count / tp + model.router_param_count
-

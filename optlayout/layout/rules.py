@@ -28,8 +28,12 @@ def field_conflicts(values: Mapping[str, object]) -> list[str]:
     if pp == 1 and (values.get("first_stage_layers") or values.get("last_stage_layers")):
         problems.append("first_stage_layers/last_stage_layers need pp > 1")
     cp, dp, ep, etp = values.get("cp"), values.get("dp"), values.get("ep"), values.get("etp")
-    if isinstance(tp, int) and isinstance(cp, int) and isinstance(dp, int) and isinstance(ep, int) and isinstance(
-        etp, int
+    if (
+        isinstance(tp, int)
+        and isinstance(cp, int)
+        and isinstance(dp, int)
+        and isinstance(ep, int)
+        and isinstance(etp, int)
     ):
         tp_ = tp
         if (tp_ * cp * dp) % (etp * ep):

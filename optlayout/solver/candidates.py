@@ -32,7 +32,7 @@ from optlayout.cost import (
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import memory_floor_bytes, memory_per_gpu, stage_params_per_stage, stage_state_bytes
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
-from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT
+from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
@@ -117,9 +117,6 @@ def simplicity_key(layout: Layout) -> tuple[object, ...]:
 def rank_key(candidate: Candidate, throughput_scale: float) -> tuple[object, ...]:
     """Sort key: best first. Throughput is compared at the same integer resolution the CP-SAT model uses."""
     return (-scaled_throughput(candidate, throughput_scale), simplicity_key(candidate.layout))
-
-
-MIB = 2**20
 
 
 def memory_mib(memory_bytes: float) -> int:
@@ -251,7 +248,7 @@ class CostTable:
         overflow_mb: dict[tuple[object, ...], int] = {}
         out: list[Candidate] = []
         capacity_bytes = limits.memory_capacity_bytes
-        capacity_mib = int(capacity_bytes // MIB)
+        cap_mib = capacity_mib(capacity_bytes)  # the same clamp passes_limits and the CP-SAT model use
         for bound, group in ordered:
             threshold = kth.value() - margin  # fixed for the group: it only rises, so an older one is safe
             if bound < threshold:
@@ -291,11 +288,11 @@ class CostTable:
                     if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                         continue
                     floor_mib = memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo))
-                    if floor_mib > capacity_mib:
+                    if floor_mib > cap_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
                         continue  # its first stage alone overflows: it cannot fit
                     cand = self.candidate(lay)
-                    if memory_mib(cand.evaluation.memory_per_gpu_bytes) > capacity_mib:
+                    if memory_mib(cand.evaluation.memory_per_gpu_bytes) > cap_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
                     elif passes_limits(cand, limits):
                         kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
