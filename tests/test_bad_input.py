@@ -663,9 +663,11 @@ def test_library_entry_points_raise_only_optlayout_errors(name: str, slot: int, 
 def test_an_all_to_all_without_bandwidth_is_refused_not_divided_by() -> None:
     """The validated topology never has a zero-bandwidth NIC; the link tables refuse one anyway (the cost model
     divides by the bandwidth), as the group and pipeline-pair links do."""
+    import copy
+
     from optlayout.topology import load_cluster
 
-    topo = load_cluster("gpu=h100-sxm,gpus=16,gpus_per_node=8").topology
+    topo = copy.deepcopy(load_cluster("gpu=h100-sxm,gpus=16,gpus_per_node=8").topology)  # the loader caches it
     assert topo.dim_all_to_all_bandwidth_Bps(16, 1) > 0
     topo._a2a.clear()
     topo._t.nic_bw[:] = 0.0
