@@ -24,7 +24,7 @@ from optlayout.cost.attention import (
     kv_width_per_rank,
     mtp_kind,
 )
-from optlayout.cost.moe import dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
+from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
@@ -185,8 +185,7 @@ def activation_bytes_per_layer(
     if kind.moe:
         ffn, per_gpu = moe_activation_bytes(model, job, layout, params or DEFAULT_PARAMS)
     else:
-        mlp_values = {"swiglu": 3, "gelu": 2, "relu2": 2}[model.mlp]  # fused SwiGLU keeps gate, up and product
-        ffn, per_gpu = ACT_BYTES * tokens * f * mlp_values, 0.0
+        ffn, per_gpu = ACT_BYTES * tokens * f * MLP_SAVED_VALUES[model.mlp], 0.0  # SwiGLU: gate, up, product
     split = attention.split + ffn
     return (replicated / (t if layout.sequence_parallel else 1)) + split / t + attention.unsplit + per_gpu
 

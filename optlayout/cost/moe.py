@@ -27,7 +27,7 @@ from optlayout.cost.attention import ACT_BYTES
 from optlayout.cost.params import CostParams
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
 
-_MLP_VALUES = {"swiglu": 3, "gelu": 2, "relu2": 2}  # saved FFN internals per unit of width (fused SwiGLU: 3)
+MLP_SAVED_VALUES = {"swiglu": 3, "gelu": 2, "relu2": 2}  # FFN internals kept per unit of width (fused SwiGLU: 3)
 
 
 def imbalance(job: JobSpec, params: CostParams) -> float:
@@ -226,7 +226,7 @@ def moe_activation_bytes(model: ModelSpec, job: JobSpec, layout: Layout, params:
     tokens = job.seq_len * layout.micro_batch / layout.cp
     t_loc = local_tokens(job, layout)
     rows = t_loc * k * layout.etp * imbalance(job, params)
-    values = _MLP_VALUES[model.mlp]
+    values = MLP_SAVED_VALUES[model.mlp]
     shared = ACT_BYTES * tokens * moe.shared_experts * moe.shared_width * values
     router = t_loc * experts * (ACT_BYTES + 8)  # probabilities (16-bit) and the int64 routing map
     width = moe.expert_ffn / layout.etp
