@@ -9,7 +9,7 @@ import pytest
 from optlayout.cost import DEFAULT_PARAMS, evaluate, group_links
 from optlayout.cost.attention import LayerKind, attention_gemm_shapes, context, core_widths
 from optlayout.cost.memory import activation_bytes_per_layer, memory_per_gpu, stage_params_per_stage
-from optlayout.cost.moe import distinct_ranks, moe_activation_bytes, moe_times
+from optlayout.cost.moe import distinct_ranks, moe_activation_bytes, routed_times, shared_expert_times
 from optlayout.cost.step import layer_times
 from optlayout.layout import parse_layout
 from optlayout.presets import gpu_preset, model_preset
@@ -76,12 +76,12 @@ def test_all_to_all_volumes_and_tokens_per_expert() -> None:
     = 2048 (moe.md 5.5)."""
     model = model_preset("qwen3-30b-a3b")
     layout, links = _links("dp=8,ep=8", 8)
-    t = moe_times(model, BALANCED, layout, H100, links, DEFAULT_PARAMS)
+    t = routed_times(model, BALANCED, layout, H100, links, DEFAULT_PARAMS)
     buffer = 4096 * 8 * 2048 * 2
     one = buffer / (450e9 * 8 / 7 * DEFAULT_PARAMS.all_to_all_efficiency) + links.ep.latency_s
     assert t.comm_fwd_s == pytest.approx(2 * one) and t.comm_bwd_s == pytest.approx(2 * one)
     assert 4096 * 8 * layout.ep / 128 == 2048
-    flex = moe_times(model, BALANCED.model_copy(update={"moe_dispatcher": "flex", "precision": "fp8"}), layout,
+    flex = routed_times(model, BALANCED.model_copy(update={"moe_dispatcher": "flex", "precision": "fp8"}), layout,
                      H100, links, DEFAULT_PARAMS)  # fmt: skip
     r = distinct_ranks(128, 8, 8)
     dispatch = buffer / 8 * r / 2  # each token once per destination rank, in FP8
@@ -103,12 +103,13 @@ def test_grouped_gemm_flops_are_the_active_experts() -> None:
     model = model_preset("deepseek-v3")
     layout, links = _links("dp=64,ep=64", 64)
     params = DEFAULT_PARAMS.model_copy(update={"kernel_overhead_s": 0.0, "hbm_efficiency": 1e6})  # FLOP-bound only
-    t = moe_times(model, BALANCED, layout, H100, links, params)
+    routed_s = routed_times(model, BALANCED, layout, H100, links, params).gemm_s
+    gemm_s = routed_s + shared_expert_times(model, BALANCED, layout, H100, params).gemm_s
     rate = H100.peak_flops_for("bf16") * params.gemm_efficiency
     routed = 2 * 4096 * 8 * 3 * 7168 * 2048 * params.grouped_gemm_efficiency_ratio**-1
     shared = 2 * 4096 * 3 * 7168 * 2048
     router = 2 * 4096 * 256 * 7168
-    assert t.gemm_s == pytest.approx((routed + shared + router) / rate, rel=1e-7)  # bytes at ~infinite HBM
+    assert gemm_s == pytest.approx((routed + shared + router) / rate, rel=1e-7)  # bytes at ~infinite HBM
 
 
 def test_mla_widths_and_projections() -> None:

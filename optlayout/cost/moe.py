@@ -74,23 +74,6 @@ def grouped_gemm_s(
     return groups * one + params.kernel_overhead_s
 
 
-def moe_times(
-    model: ModelSpec,
-    job: JobSpec,
-    layout: Layout,
-    gpu: GpuSpec,
-    links: comm.GroupLinks,
-    params: CostParams,
-    memo: dict[tuple[object, ...], Any] | None = None,
-) -> MoeTimes:
-    """Forward pieces of the MoE FFN block of one layer (see the module docstring): the shared experts and the
-    routed part (`routed_times`)."""
-    routed = routed_times(model, job, layout, gpu, links, params, memo)
-    shared = shared_expert_times(model, job, layout, gpu, params)
-    return MoeTimes(routed.gemm_s + shared.gemm_s, routed.elementwise_s + shared.elementwise_s, routed.comm_fwd_s,
-                    routed.comm_bwd_s, shared.tp_all_reduces)  # fmt: skip
-
-
 def shared_expert_times(model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, params: CostParams) -> MoeTimes:
     """The shared experts of one MoE layer: a dense MLP of their total width, tensor-parallel, on the gathered
     sequence (one TP collective each way, as a dense MLP's); zero without shared experts."""
