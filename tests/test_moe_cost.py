@@ -9,7 +9,8 @@ import pytest
 from optlayout.cost import DEFAULT_PARAMS, evaluate, group_links
 from optlayout.cost.attention import LayerKind, attention_gemm_shapes, context, core_widths
 from optlayout.cost.memory import activation_bytes_per_layer, memory_per_gpu, stage_params_per_stage
-from optlayout.cost.moe import distinct_ranks, moe_activation_bytes, routed_times, shared_expert_times
+from optlayout.cost.moe import distinct_ranks, moe_activation_bytes, routed_times
+from optlayout.cost.step import gemm_s as gemm_s_of
 from optlayout.cost.step import layer_times
 from optlayout.layout import parse_layout
 from optlayout.presets import gpu_preset, model_preset
@@ -103,9 +104,10 @@ def test_grouped_gemm_flops_are_the_active_experts() -> None:
     model = model_preset("deepseek-v3")
     layout, links = _links("dp=64,ep=64", 64)
     params = DEFAULT_PARAMS.model_copy(update={"kernel_overhead_s": 0.0, "hbm_efficiency": 1e6})  # FLOP-bound only
-    routed_s = routed_times(model, BALANCED, layout, H100, links, params).gemm_s
-    gemm_s = routed_s + shared_expert_times(model, BALANCED, layout, H100, params).gemm_s
     rate = H100.peak_flops_for("bf16") * params.gemm_efficiency
+    # the MoE layer's GEMMs less its (tile-padded) attention projections: the router, routed and shared experts
+    attention_s = sum(gemm_s_of(4096, n, k, rate, H100, params) for n, k in attention_gemm_shapes(model, 1))
+    gemm_s = layer_times(model, BALANCED, layout, H100, links, params, MOE).gemm_fwd_s - attention_s
     routed = 2 * 4096 * 8 * 3 * 7168 * 2048 * params.grouped_gemm_efficiency_ratio**-1
     shared = 2 * 4096 * 3 * 7168 * 2048
     router = 2 * 4096 * 256 * 7168

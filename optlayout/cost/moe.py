@@ -54,11 +54,10 @@ def local_tokens(job: JobSpec, layout: Layout) -> float:
 class MoeTimes:
     """The MoE FFN block of one layer, one micro-batch, one GPU, forward (seconds; the backward from these)."""
 
-    gemm_s: float  # router, routed experts (grouped), shared experts
+    gemm_s: float  # router, routed experts (grouped)
     elementwise_s: float  # expert activations, (un)permutation, router softmax/top-k, FP8 casts
     comm_fwd_s: float  # dispatch and combine all-to-all, expert-TP gather and reduce-scatter
     comm_bwd_s: float
-    tp_all_reduces: int  # TP collectives of the block (the shared experts' gather/reduce-scatter)
 
 
 def grouped_gemm_s(
@@ -72,28 +71,6 @@ def grouped_gemm_s(
         return 0.0
     one = gemm_s(m, n, k, flops_per_s * params.grouped_gemm_efficiency_ratio, gpu, params) - params.kernel_overhead_s
     return groups * one + params.kernel_overhead_s
-
-
-def shared_expert_times(model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, params: CostParams) -> MoeTimes:
-    """The shared experts of one MoE layer: a dense MLP of their total width, tensor-parallel, on the gathered
-    sequence (one TP collective each way, as a dense MLP's); zero without shared experts."""
-    from optlayout.cost.step import gemm_s
-
-    moe = model.moe
-    assert moe is not None
-    shared = moe.shared_experts * moe.shared_width / layout.tp
-    if not shared:
-        return MoeTimes(0.0, 0.0, 0.0, 0.0, 0)
-    h = model.hidden
-    tokens = job.seq_len * layout.micro_batch / layout.cp
-    gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
-    gemms = gemm_s(tokens, (model.mlp_matrices - 1) * shared, h, gemm_rate, gpu, params)
-    gemms += gemm_s(tokens, h, shared, gemm_rate, gpu, params)
-    ffn_bytes = params.elementwise_bytes_per_token_ffn * tokens * shared
-    if job.precision == "fp8":
-        ffn_bytes += params.fp8_cast_bytes_per_element * tokens * (h + shared)
-    elementwise = ffn_bytes / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency) + 3 * params.kernel_overhead_s
-    return MoeTimes(gemms, elementwise, 0.0, 0.0, 1)
 
 
 def routed_times(
@@ -149,7 +126,7 @@ def _routed_times(
     casts = params.fp8_cast_bytes_per_element * rows * (h + width) if job.precision == "fp8" else 0.0
     elementwise = (permute + router + ffn_bytes + casts) / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
     fwd, bwd = _comm_s(model, job, layout, links, params, t_loc, load)
-    return MoeTimes(gemms, elementwise + 6 * params.kernel_overhead_s, fwd, bwd, 0)
+    return MoeTimes(gemms, elementwise + 6 * params.kernel_overhead_s, fwd, bwd)
 
 
 def _comm_s(

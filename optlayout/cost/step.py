@@ -28,7 +28,7 @@ from optlayout.cost.attention import (
     mla_latent_elementwise_bytes,
     mtp_kind,
 )
-from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times, shared_expert_times
+from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
 from optlayout.cost.params import CostParams
 from optlayout.layout.stages import rank_kinds
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
@@ -158,9 +158,11 @@ def _layer_base(
     kv_rank = kv_width_per_rank(model, t)  # replicated when tp > kv_heads
     gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
     shapes = attention_gemm_shapes(model, t)
-    moe = shared_expert_times(model, job, layout, gpu, params) if kind.moe else None
-    if moe is None:
-        shapes += [((model.mlp_matrices - 1) * f / t, h), (h, f / t)]
+    # the FFN: dense, or an MoE layer's shared experts (a dense MLP of their total width; none without them)
+    moe = model.moe
+    ffn_width = (f if moe is None or not kind.moe else moe.shared_experts * moe.shared_width) / t
+    if ffn_width:
+        shapes += [((model.mlp_matrices - 1) * ffn_width, h), (h, ffn_width)]
     gemms = 0.0
     for n, k in shapes:
         gemms += gemm_s(tokens, n, k, gemm_rate, gpu, params)
@@ -182,7 +184,6 @@ def _layer_base(
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
     sp_div = t if layout.sequence_parallel else 1
     dropout_bytes = 6.0 if job.dropout else 0.0  # two masks written and read, and the dropped values
-    ffn_width = 0.0 if moe is not None else f / t
     elementwise_bytes = (
         tokens * h / sp_div * (params.elementwise_bytes_per_token_hidden + dropout_bytes)
         + tokens * ffn_width * params.elementwise_bytes_per_token_ffn
@@ -192,18 +193,17 @@ def _layer_base(
         elementwise_bytes += layout.cp * tokens * value * params.cp_correction_bytes_per_element
     if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
         elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * sum(k for _, k in shapes)
-    elementwise = elementwise_bytes / hbm + 8 * params.kernel_overhead_s
+    shared_block = kind.moe and ffn_width > 0  # the shared experts launch their own 3 kernels
+    elementwise = elementwise_bytes / hbm + (8 + 3 * shared_block) * params.kernel_overhead_s
     # TP: 2 all-reduces per forward (or 2 all-gathers + 2 reduce-scatters with SP: same volume): the attention's
     # and the MLP's; an MoE layer's routed experts have none (their split is etp), its shared experts have one.
     activation = 2.0 * tokens * h
-    tp_collectives = 1 + (moe.tp_all_reduces if moe is not None else 1)
+    tp_collectives = 1 + (ffn_width > 0)
     tp_comm = tp_collectives * comm.all_reduce_s(activation, links.tp, params.collective_efficiency)
     # CP ring attention: each of cp-1 steps passes this rank's K and V chunk to its neighbour.
     kv_chunk = 2.0 * 2.0 * tokens * kv_rank
     cp_comm = (layout.cp - 1) * comm.p2p_s(kv_chunk, links.cp, params.collective_efficiency)
-    if moe is None:
-        return LayerTimes(gemms, attention, elementwise, tp_comm, cp_comm)
-    return LayerTimes(gemms + moe.gemm_s, attention, elementwise + moe.elementwise_s, tp_comm, cp_comm)
+    return LayerTimes(gemms, attention, elementwise, tp_comm, cp_comm)
 
 
 @dataclass(frozen=True)
