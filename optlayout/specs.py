@@ -149,13 +149,12 @@ class ModelSpec(_Spec):
 
     @cached_property
     def attention_param_count(self) -> int:
-        """Parameters of one attention block (projections, their biases, MLA's latent norms, sinks)."""
-        h, att = self.hidden, self.attention
+        """Parameters of one attention block (projections, their biases, MLA's latent norms, sinks, QK norms)."""
+        att = self.attention
         if att.kind == "mla":
             return self._mla_matmul_param_count + (att.q_lora_rank or 0) + att.kv_lora_rank  # type: ignore[operator]
-        weights = h * self.q_width * 2 + h * self.kv_width * 2  # q, o, k, v
-        biases = (self.q_width + 2 * self.kv_width + h) if self.bias else 0
-        return weights + biases + (self.heads if att.sinks else 0)
+        qk_norms = 2 * self.head_size if att.qk_norm else 0  # one weight vector for queries, one for keys
+        return self.attention_matmul_param_count + (self.heads if att.sinks else 0) + qk_norms
 
     @cached_property
     def _mla_matmul_param_count(self) -> int:
@@ -171,7 +170,10 @@ class ModelSpec(_Spec):
         """Parameters of one attention block that take part in a matrix multiply (no norms, no sinks)."""
         if self.attention.kind == "mla":
             return self._mla_matmul_param_count
-        return self.attention_param_count - (self.heads if self.attention.sinks else 0)
+        h = self.hidden
+        weights = h * self.q_width * 2 + h * self.kv_width * 2  # q, o, k, v
+        biases = (self.q_width + 2 * self.kv_width + h) if self.bias else 0
+        return weights + biases
 
     def _ffn_param_count(self, width: int) -> int:
         weights = self.mlp_matrices * self.hidden * width

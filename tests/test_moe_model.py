@@ -8,7 +8,9 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from optlayout.emit.megatron import megatron_args
 from optlayout.errors import OptlayoutError, describe_validation_error
+from optlayout.layout import parse_layout
 from optlayout.model import AttentionSpec, MoeSpec, parse_layer_freq
 from optlayout.presets import model_from_hf_config, model_names, model_preset, published_figures
 from optlayout.specs import JobSpec, ModelSpec
@@ -278,3 +280,17 @@ def test_hf_moe_config_errors_name_the_field() -> None:
         model_from_hf_config({k: v for k, v in cfg.items() if k != "num_experts_per_tok"})
     with pytest.raises(OptlayoutError, match=r"model-config: moe: top_k \(9\) exceeds experts \(8\)"):
         model_from_hf_config(cfg | {"num_experts_per_tok": 9})
+
+
+def test_qwen3_query_key_norms_by_hand() -> None:
+    """Qwen3's per-head q/k RMSNorms (head_dim weights each) counted, imported from its config and emitted."""
+    qwen = model_preset("qwen3-30b-a3b")
+    attention = 2048 * (4096 + 512 + 512 + 4096) + 2 * 128  # q, k, v, o projections; q_norm, k_norm
+    layer = attention + 2 * 2048 + 2048 * 128 + 128 * 3 * 2048 * 768  # norms, router, 128 SwiGLU experts
+    assert qwen.param_count == 48 * layer + 2 * 151936 * 2048 + 2048  # untied embeddings, final norm
+    assert qwen.param_count == 30_532_122_624  # Qwen/Qwen3-30B-A3B model card: 30.5B, 29.9B without embeddings
+    assert model_from_hf_config(HF / "qwen3_30b_a3b.json").attention.qk_norm
+    with pytest.raises(pydantic.ValidationError, match="qk_norm: only with kind gqa"):
+        AttentionSpec(kind="mla", kv_lora_rank=512, qk_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, qk_norm=True)
+    args = megatron_args(qwen, JobSpec(seq_len=4096, global_batch=64), parse_layout("dp=8,ep=8,ga=8"))
+    assert "--qk-layernorm" in args

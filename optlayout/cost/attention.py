@@ -60,10 +60,13 @@ def context(model: ModelSpec, seq_len: int, causal: bool, kind: LayerKind) -> fl
     return seq_len * (0.5 if causal else 1.0)
 
 
-def mla_latent_elementwise_bytes(model: ModelSpec) -> float:
-    """Bytes per token of MLA's two latent norms (read and write, 2 B each, as the hidden norms are priced)."""
+def attention_norm_elementwise_bytes(model: ModelSpec, tp: int) -> float:
+    """Bytes per token of the attention block's own norms on one TP rank (read and write, 2 B each, as the hidden
+    norms are priced): MLA's two latent norms (whole on every rank), or the per-head query and key norms."""
     att = model.attention
-    return 4.0 * ((att.q_lora_rank or 0) + (att.kv_lora_rank or 0)) if att.kind == "mla" else 0.0
+    if att.kind == "mla":
+        return 4.0 * ((att.q_lora_rank or 0) + (att.kv_lora_rank or 0))
+    return 4.0 * (model.q_width / tp + kv_width_per_rank(model, tp)) if att.qk_norm else 0.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ def attention_activation_bytes(
     model: ModelSpec, tokens: float, seq_len: int, tp: int, naive: bool, selective: bool, dropout: bool
 ) -> AttentionActivations:
     """Attention's saved tensors (Korthikanti et al. 2022 generalized to GQA; MLA's up-projection outputs and
-    latents); `selective` drops the core's internals (recomputed from Q, K, V)."""
+    latents; the inputs of Qwen3's query/key norms); `selective` drops the core's internals (recomputed from Q, K,
+    V)."""
     drop = 1 if dropout else 0
     if model.attention.kind == "mla":
         att, n = model.attention, model.heads
@@ -96,6 +100,8 @@ def attention_activation_bytes(
             # the core's unrepeated inputs. A no-op for MHA.
             kv_kept = dq
         qkv = ACT_BYTES * tokens * (dq + 2 * kv_kept)
+        if model.attention.qk_norm:
+            qkv += ACT_BYTES * tokens * (dq + kv_kept)  # the query and key norms keep their inputs too
         proj_in = ACT_BYTES * tokens * dq
         latents = 0.0
     # naive: the softmax output (2 B), and with dropout its mask (1 B) and output (2 B), per score; IO-aware:

@@ -22,10 +22,10 @@ from optlayout.cost.attention import (
     DENSE_LAYER,
     LayerKind,
     attention_gemm_shapes,
+    attention_norm_elementwise_bytes,
     context,
     core_widths,
     kv_width_per_rank,
-    mla_latent_elementwise_bytes,
     mtp_kind,
 )
 from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
@@ -187,14 +187,15 @@ def _layer_base(
     elementwise_bytes = (
         tokens * h / sp_div * (params.elementwise_bytes_per_token_hidden + dropout_bytes)
         + tokens * ffn_width * params.elementwise_bytes_per_token_ffn
-        + tokens * mla_latent_elementwise_bytes(model)
+        + tokens * attention_norm_elementwise_bytes(model, layout.tp)
     )
     if layout.cp > 1:  # ring attention merges each step's partial output into the fp32 output (TE out correction)
         elementwise_bytes += layout.cp * tokens * value * params.cp_correction_bytes_per_element
     if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
         elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * sum(k for _, k in shapes)
     shared_block = kind.moe and ffn_width > 0  # the shared experts launch their own 3 kernels
-    elementwise = elementwise_bytes / hbm + (8 + 3 * shared_block) * params.kernel_overhead_s
+    kernels = 8 + 3 * shared_block + 2 * model.attention.qk_norm  # the query and key norms: one kernel each
+    elementwise = elementwise_bytes / hbm + kernels * params.kernel_overhead_s
     # TP: 2 all-reduces per forward (or 2 all-gathers + 2 reduce-scatters with SP: same volume): the attention's
     # and the MLP's; an MoE layer's routed experts have none (their split is etp), its shared experts have one.
     activation = 2.0 * tokens * h

@@ -79,7 +79,7 @@ def expert_fsdp_degree(layout: Layout, etp: int, who: str) -> int:
 
 # The Qwen3 MoE models torchtitan (models/qwen3/__init__.py at v0.2.2 and 0.3.0) and Megatron-Bridge 0.3.1
 # (recipes/qwen/qwen3_moe.py, from the Hugging Face configs) build: every layer MoE, no shared expert, untied,
-# qk-norm; each brings its own RoPE base and norm epsilon (the layout depends on neither).
+# per-head query/key norms; each brings its own RoPE base and norm epsilon (the layout depends on neither).
 QWEN3_MOE_FLAVORS: dict[str, tuple[int, int, int, int, int, int, int, int, int]] = {
     # layers, hidden, heads, kv_heads, head_dim, vocab, experts, top_k, expert_ffn
     "30B-A3B": (48, 2048, 32, 4, 128, 151936, 128, 8, 768),
@@ -107,6 +107,8 @@ def qwen3_moe_flavor(model: ModelSpec, who: str, why: str) -> str:
         problems.append("not a SwiGLU, bias-free, untied, rotary model")
     if model.attention.kind != "gqa" or model.attention.sliding_window is not None or model.mtp_layers:
         problems.append("attention other than full GQA, or MTP layers")
+    if not model.attention.qk_norm:
+        problems.append("no query/key norms (attention.qk_norm; the flavor has them)")
     if problems:
         raise UnsupportedError(f"{who}: {model.name} has Qwen3-{flavor}'s shape but {'; '.join(problems)}")
     return flavor

@@ -366,6 +366,8 @@ def _model_flags(model: ModelSpec) -> list[tuple[str, ...]]:
         flags.append(("--kv-channels", str(model.head_dim)))
     if gqa and model.kv_heads != model.heads:
         flags += [("--group-query-attention",), ("--num-query-groups", str(model.kv_heads))]
+    if model.attention.qk_norm:
+        flags.append(("--qk-layernorm",))  # a norm of the --normalization type over each head's query and key
     flags += {"swiglu": [("--swiglu",)], "relu2": [("--squared-relu",)], "gelu": []}[model.mlp]
     if not model.bias:
         flags += [("--normalization", "RMSNorm"), ("--disable-bias-linear",)]

@@ -299,8 +299,8 @@ def torchtitan_notes(
         notes += [
             f"experts: ep={layout.ep} x etp={etp} borrowed from dp_shard x cp x tp, FSDP2 over efsdp={efsdp} (the "
             f"plan's expert-DP is {layout.edp}); the token all-to-all is torchtitan's standard dispatcher",
-            f"the {tt.flavor} flavor brings its own RoPE base, norm epsilon and qk-norm ({2 * model.layers} norms of "
-            f"head_dim, which the plan does not count)",
+            f"the {tt.flavor} flavor brings its own RoPE base (1e6) and norm epsilon (1e-6); this model's: "
+            f"{model.rope_theta:g}, {model.norm_eps:g}",
         ]
     if layout.sharding in (Sharding.zero1, Sharding.zero2):
         notes.append("torchtitan has no ZeRO-1/2: FSDP without resharding after forward stands in (no more memory)")

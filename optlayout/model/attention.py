@@ -1,4 +1,5 @@
-"""Attention variants: grouped-query (the default) or multi-latent (DeepSeek), sliding windows and sinks (GPT-OSS).
+"""Attention variants: grouped-query (the default) or multi-latent (DeepSeek), sliding windows and sinks (GPT-OSS),
+per-head query/key norms (Qwen3).
 
 Multi-latent attention (MLA) as in Megatron's `--multi-latent-attention` and DeepSeek-V3's config: queries go
 through a rank-`q_lora_rank` down/up projection (or a plain projection when it is None), keys and values share
@@ -41,6 +42,9 @@ class AttentionSpec(BaseModel):
         "all", description="which layers are windowed: all, every other (0, 2, 4, ... as GPT-OSS), or a 0/1 flag each"
     )
     sinks: bool = Field(False, description="a learned attention-sink logit per head (GPT-OSS)")
+    qk_norm: bool = Field(
+        False, description="a learned RMSNorm over each head's query and key (Qwen3): head-size weights for each"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AttentionSpec:
@@ -54,6 +58,8 @@ class AttentionSpec(BaseModel):
             given = [f for f in ("q_lora_rank", *MLA_FIELDS) if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{', '.join(given)}: only with kind mla")
+        if self.qk_norm and self.kind == "mla":
+            raise ValueError("qk_norm: only with kind gqa (multi-latent attention normalizes its latents)")
         if self.sliding_window is None and self.sliding_window_layers != "all":
             raise ValueError("sliding_window_layers is given without sliding_window")
         if isinstance(self.sliding_window_layers, tuple) and not any(self.sliding_window_layers):

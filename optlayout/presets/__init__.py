@@ -276,7 +276,8 @@ def _hf_moe_layer_flags(cfg: dict[str, Any], layers: int) -> list[bool]:
 
 
 def _hf_attention(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The `attention` block: multi-latent (DeepseekV3Config's LoRA ranks), sliding windows, GPT-OSS's sinks."""
+    """The `attention` block: multi-latent (DeepseekV3Config's LoRA ranks), sliding windows, GPT-OSS's sinks, Qwen3's
+    query/key norms."""
     att: dict[str, Any] = {}
     if cfg.get("kv_lora_rank"):
         att = {"kind": "mla", "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],
@@ -290,4 +291,6 @@ def _hf_attention(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
         att["sliding_window"] = window  # Mistral/Mixtral style: every layer (Qwen sets use_sliding_window false)
     if kind == "gpt_oss":
         att["sinks"] = True  # GptOssAttention has one learned sink per head
+    if kind in ("qwen3", "qwen3_moe"):
+        att["qk_norm"] = True  # Qwen3Attention's q_norm and k_norm (RMSNorm over head_dim)
     return att
