@@ -308,8 +308,8 @@ class ModelSpec(_Spec):
 
     def beyond_dense(self, seq_len: int | None = None, allow: frozenset[str] = frozenset()) -> list[str]:
         """What this shape has that a dense-transformer code path (a launcher) does not handle (empty: nothing);
-        `allow` names what the caller handles: "moe", "mla", "mtp". A sliding window counts when shorter than
-        `seq_len` (None: always)."""
+        `allow` names what the caller handles: "moe", "mla", "mtp", "window" (sliding windows and attention sinks).
+        A sliding window counts when shorter than `seq_len` (None: always)."""
         found = []
         if self.moe is not None and "moe" not in allow:
             found.append("expert parallelism (mixture-of-experts layers)")
@@ -318,9 +318,11 @@ class ModelSpec(_Spec):
         if self.mtp_layers and "mtp" not in allow:
             found.append("multi-token prediction")
         window = self.attention.sliding_window
-        if window is not None and (seq_len is None or window < seq_len):
+        if window is not None and (seq_len is None or window < seq_len) and "window" not in allow:
             shorter = f" < sequence {seq_len}" if seq_len else ""
             found.append(f"sliding-window attention (window {window}{shorter})")
+        if self.attention.sinks and "window" not in allow:
+            found.append("attention sinks")
         return found
 
     def require_dense(self, what: str, seq_len: int | None = None, allow: frozenset[str] = frozenset()) -> None:

@@ -138,4 +138,5 @@ MOE_PLANS = [
     MoePlan("mixtral-8x7b", "tp=2,dp=8,ep=4,etp=2,ga=8,sp"),  # expert TP folded inside attention TP x DP
     MoePlan("llama4-maverick", "tp=8,dp=2,ep=16,ga=8,sp"),  # top-1, shared expert, every other layer MoE
     MoePlan("grok-1", "tp=4,pp=2,dp=2,ep=2,etp=4,ga=8,sp"),  # dgxc-benchmarking's Grok-1 degrees, smaller
+    MoePlan("gpt-oss-120b", "pp=4,vp=3,dp=16,ep=8,ga=80"),  # Megatron-Bridge's H100 recipe: windows, sinks, biases
 ]

@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from optlayout.emit import emit, emit_notes, megatron_problems
-from optlayout.emit.megatron import megatron_args, moe_layer_freq
+from optlayout.emit.megatron import layer_pattern, megatron_args, moe_layer_freq
 from optlayout.errors import UnsupportedError
 from optlayout.layout import parse_layout
 from optlayout.layout.ranks import expert_grid, grid
@@ -50,6 +50,7 @@ def test_moe_layer_freq_is_the_list_expression_megatron_evaluates() -> None:
     assert moe_layer_freq(deepseek.moe_layer_flags) == "([0]*3+[1]*58)"  # Megatron's own DeepSeek-R1.sh example
     assert moe_layer_freq(maverick.moe_layer_flags) == "([0,1]*24)"
     assert moe_layer_freq(model_preset("qwen3-30b-a3b").moe_layer_flags) == "1"
+    assert layer_pattern(model_preset("gpt-oss-120b").sliding_window_flags) == "([1,0]*18)"  # windowed from layer 0
     for model in (deepseek, maverick):  # arguments.py's moe_freq_type evaluates the string as a Python list
         assert [bool(f) for f in eval(moe_layer_freq(model.moe_layer_flags))] == list(model.moe_layer_flags)
 
@@ -58,6 +59,7 @@ def test_moe_layer_freq_is_the_list_expression_megatron_evaluates() -> None:
 def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
     torch = require("torch")
     tc = require("megatron.core.transformer.transformer_config")
+    is_layer_window_attention = require("megatron.core.transformer.utils").is_layer_window_attention
     model, lay = model_preset(plan.model), parse_layout(plan.layout)
     flags = _values(_args(plan))
     one = {k: v[0] for k, v in flags.items() if v}
@@ -96,6 +98,10 @@ def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
         "moe_token_dispatcher_type": one["--moe-token-dispatcher-type"],
         "moe_router_pre_softmax": "--moe-router-pre-softmax" in flags,
         "mtp_num_layers": int(one.get("--mtp-num-layers", 0)) or None,
+        "window_size": tuple(map(int, one["--window-size"].split(","))) if "--window-size" in one else None,
+        "window_attn_skip_freq": eval(one["--window-attn-skip-freq"]) if "--window-attn-skip-freq" in one else None,
+        "softmax_type": one.get("--softmax-type", "vanilla"),
+        "qk_layernorm": "--qk-layernorm" in flags,
     }
     if lay.vp > 1 and "--pipeline-model-parallel-layout" not in one:
         kw["virtual_pipeline_model_parallel_size"] = lay.vp
@@ -118,6 +124,13 @@ def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
     assert lay.tp == 1 or config.sequence_parallel  # moe_layer.py L636-640
     if model.mtp_layers:
         assert config.mtp_num_layers == model.mtp_layers
+    windowed = [is_layer_window_attention(config.window_size, config.window_attn_skip_freq, n)
+                for n in range(1, model.layers + 1)]  # fmt: skip
+    assert windowed == list(model.sliding_window_flags)  # megatron-core's own rule, layer numbers 1-based
+    if config.window_size is not None:  # TE's (left, right): the query and the window - 1 keys before it
+        assert config.window_size == (model.attention.sliding_window - 1, 0)
+    assert (config.softmax_type == "learnable") == model.attention.sinks
+    assert config.qk_layernorm == model.attention.qk_norm
     if config.pipeline_model_parallel_layout is not None:  # megatron-core parsed it: layers and MTP as planned
         stages = config.pipeline_model_parallel_layout.layout  # [pp rank][virtual chunk] -> layer types
         order = [stages[s % lay.pp][s // lay.pp] for s in range(lay.pp * lay.vp)]

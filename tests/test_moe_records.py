@@ -100,7 +100,10 @@ def test_solve_and_estimate_price_moe_and_emit_refuses_sliding_windows_in_one_li
     assert json.loads(estimate.stdout)["prediction"]["time"]["ep_comm_s"] > 0
     emitted = cli("emit", "-f", "megatron", "--model", "gpt-oss-120b", "--layout", "tp=1,dp=8,ep=8", "--seq-len",
                   "4096")  # fmt: skip
-    _one_line_error(emitted, "emit megatron: GPT-OSS 120B", "sliding-window attention (window 128 < sequence 4096)")
+    assert emitted.returncode == 0, emitted.stderr
+    assert "--window-size 127,0" in emitted.stdout and "--softmax-type learnable" in emitted.stdout
+    refused = cli("emit", "-f", "deepspeed", "--model", "gpt-oss-120b", "--layout", "tp=1,dp=8", "--seq-len", "4096")
+    _one_line_error(refused, "emit deepspeed: GPT-OSS 120B", "sliding-window attention (window 128 < sequence 4096)")
 
 
 def test_the_library_prices_and_the_launchers_refuse() -> None:

@@ -25,7 +25,8 @@ from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 FsdpImpl = Literal["megatron", "torch"]
-MEGATRON_MODEL_FEATURES = frozenset({"moe", "mla", "mtp"})  # what `ModelSpec.beyond_dense` lists that this emits
+# what `ModelSpec.beyond_dense` lists that this emits
+MEGATRON_MODEL_FEATURES = frozenset({"moe", "mla", "mtp", "window"})
 _SHARDING_STRATEGY = {Sharding.zero2: "optim_grads", Sharding.fsdp: "optim_grads_params"}
 
 
@@ -264,18 +265,22 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
 
 
 def moe_layer_freq(flags: tuple[bool, ...]) -> str:
-    """Megatron's `--moe-layer-freq` for a layer pattern: `1` when every layer is MoE, else the Python list
-    expression arguments.py evaluates, in runs (DeepSeek-V3: `([0]*3+[1]*58)`; Llama 4 Maverick: `([0,1]*24)`)."""
-    if all(flags):
-        return "1"
+    """Megatron's `--moe-layer-freq` for a layer pattern: `1` when every layer is MoE, else `layer_pattern`."""
+    return "1" if all(flags) else layer_pattern(flags)
+
+
+def layer_pattern(flags: tuple[bool, ...]) -> str:
+    """A per-layer 0/1 pattern as the Python list expression arguments.py's `moe_freq_type` evaluates (for
+    `--moe-layer-freq` and `--window-attn-skip-freq`), in runs (DeepSeek-V3's MoE layers: `([0]*3+[1]*58)`; Llama 4
+    Maverick's: `([0,1]*24)`; GPT-OSS's windowed layers: `([1,0]*18)`)."""
     runs: list[tuple[int, int]] = []
     for flag in map(int, flags):
         if runs and runs[-1][0] == flag:
             runs[-1] = (flag, runs[-1][1] + 1)
         else:
             runs.append((flag, 1))
-    if len(runs) > 2 and len({n for _, n in runs}) == 1 and runs[0][0] == 0 and len(runs) % 2 == 0:
-        period = [0] * runs[0][1] + [1] * runs[1][1]
+    if len(runs) > 2 and len({n for _, n in runs}) == 1 and len(runs) % 2 == 0:
+        period = [runs[0][0]] * runs[0][1] + [runs[1][0]] * runs[1][1]
         return f"({period}*{len(runs) // 2})".replace(" ", "")
     return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
 
@@ -368,6 +373,7 @@ def _model_flags(model: ModelSpec) -> list[tuple[str, ...]]:
         flags += [("--group-query-attention",), ("--num-query-groups", str(model.kv_heads))]
     if model.attention.qk_norm:
         flags.append(("--qk-layernorm",))  # a norm of the --normalization type over each head's query and key
+    flags += _window_flags(model)
     flags += {"swiglu": [("--swiglu",)], "relu2": [("--squared-relu",)], "gelu": []}[model.mlp]
     if not model.bias:
         flags += [("--normalization", "RMSNorm"), ("--disable-bias-linear",)]
@@ -378,6 +384,22 @@ def _model_flags(model: ModelSpec) -> list[tuple[str, ...]]:
             flags += [("--use-rope-scaling",), ("--rope-scaling-factor", f"{model.rope_scaling.factor:g}")]
     if not model.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights",))
+    return flags
+
+
+def _window_flags(model: ModelSpec) -> list[tuple[str, ...]]:
+    """Sliding windows and sinks as Megatron's GPT-OSS example writes them (examples/post_training/modelopt/conf/
+    openai/gpt-oss-120b.sh): `--window-size` is (keys before the query, after it), so a window of W keys including
+    the query is `W-1,0` (TE's window_size); `--window-attn-skip-freq` flags the windowed layers (1) in layer order
+    (transformer/utils.py `is_layer_window_attention`); `--softmax-type learnable` adds a learned sink per head."""
+    att, flags = model.attention, list[tuple[str, ...]]()
+    if att.sliding_window is not None:
+        flags.append(("--window-size", f"{att.sliding_window - 1},0"))
+        windowed = model.sliding_window_flags
+        if not all(windowed):
+            flags.append(("--window-attn-skip-freq", layer_pattern(windowed)))
+    if att.sinks:
+        flags.append(("--softmax-type", "learnable"))
     return flags
 
 
@@ -411,13 +433,17 @@ _GLOB_OR_QUOTE = "*?[]'\"\\$`"
 
 
 def _file_and_command_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """The flags for the file, and those the launch command passes quoted: a `--moe-layer-freq` list expression
-    (`([0]*3+[1]*58)`) holds glob characters, which `$(cat file)` would expand."""
-    if "--moe-layer-freq" in args:
-        i = args.index("--moe-layer-freq")
-        if any(c in _GLOB_OR_QUOTE for c in args[i + 1]):
-            return args[:i] + args[i + 2 :], args[i : i + 2]
-    return args, []
+    """The flags for the file, and those the launch command passes quoted: a `--moe-layer-freq` or
+    `--window-attn-skip-freq` list expression (`([0]*3+[1]*58)`) holds glob characters, which `$(cat file)` would
+    expand."""
+    kept, quoted = list(args), []
+    for flag in ("--moe-layer-freq", "--window-attn-skip-freq"):
+        if flag in kept:
+            i = kept.index(flag)
+            if any(c in _GLOB_OR_QUOTE for c in kept[i + 1]):
+                quoted += kept[i : i + 2]
+                del kept[i : i + 2]
+    return kept, quoted
 
 
 def megatron_notes(
