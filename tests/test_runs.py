@@ -492,3 +492,26 @@ def test_compare_in_processes_raises_the_first_bad_run_of_the_file():
     for workers in (1, 2):
         with pytest.raises(OptlayoutError, match="run bad-first: no legal layout"):
             compare_runs(runs, _default_params, rank_layouts=False, workers=workers)
+
+
+def test_dropout_is_read_or_assumed_off_and_switched_on_from_the_cli(cli, compared):
+    raw = _raw_runs()
+    nvidia = RunRecord.model_validate(raw["dgxc-v24.11.1-llama318b-bf16-8g-35a9aec"])
+    assert nvidia.dropout() == (False, nvidia.dropout()[1]) and "not stated" in nvidia.dropout()[1]
+    rows = {row["id"]: row for row in compared[0]["runs"]}
+    assert rows[nvidia.id]["assumed"]["dropout"]["value"] is False
+    stated = nvidia.model_copy(update={"job": nvidia.job.model_copy(update={"dropout": True})})
+    assert stated.dropout() == (True, None) and stated.job_spec().dropout
+    assert stated.group_key != nvidia.group_key  # a run with dropout is not ranked against one without
+    args = ["estimate", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "4096",
+            "--layout", "tp=1,pp=1,dp=8,mb=1,ga=1", "--json"]  # fmt: skip
+    off, on = (json.loads(cli(*args, *extra).stdout)["prediction"]["memory"] for extra in ([], ["--dropout"]))
+    # two 1-byte masks (attention output, MLP output) per hidden element per layer: 32 x 4096 x 4096 x 2 B
+    assert on["activations_bytes"] - off["activations_bytes"] == 32 * 4096 * 4096 * 2
+
+
+def test_framework_field_decides_the_assumed_attention_kernel():
+    nvidia = RunRecord.model_validate(_raw_runs()["dgxc-v24.11.1-llama318b-bf16-8g-35a9aec"])
+    assert nvidia.framework is None and nvidia.attention_kernel()[0] == "flash"  # the fixture predates the field
+    titan = nvidia.model_copy(update={"framework": "torchtitan"})
+    assert titan.attention_kernel()[0] == "flash2" and "torchtitan" in titan.attention_kernel()[1]

@@ -83,6 +83,9 @@ GlobalBatchTokensOpt = Annotated[int | None, typer.Option("--global-batch-tokens
 MinBatchOpt = Annotated[int | None, typer.Option("--min-global-batch", help="lower bound, sequences")]
 MaxBatchOpt = Annotated[int | None, typer.Option("--max-global-batch", help="upper bound, sequences")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8")]
+DropoutOpt = Annotated[
+    bool, typer.Option("--dropout", help="dropout layers active: their masks are kept for backward (default: off)")
+]
 AttentionKernelOpt = Annotated[
     str | None,
     typer.Option(
@@ -146,6 +149,7 @@ def job_arg(
     optimizer_bytes: float = 12.0,
     headroom: float = 0.05,
     attention_kernel: str | None = None,
+    dropout: bool = False,
 ) -> JobSpec:
     try:
         return JobSpec(
@@ -158,6 +162,7 @@ def job_arg(
             optimizer_bytes_per_param=optimizer_bytes,
             memory_headroom=headroom,
             attention_kernel=cast(AttentionKernel, attention_kernel or "flash"),
+            dropout=dropout,
         )
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "job")) from None

@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
         model_config: common.ModelConfigOpt = None,
         global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
         precision: Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8")] = "bf16",
+        dropout: common.DropoutOpt = False,
         grad_bytes: Annotated[
             float, typer.Option("--grad-bytes", help="gradient bytes per parameter the plan counted: 2 or 4 (fp32)")
         ] = 2.0,
@@ -54,7 +55,7 @@ def register(app: typer.Typer) -> None:
         if not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
             raise InputError(f"gpus-per-node: must be 1 to {MAX_GPUS_PER_SERVER:,} (got {gpus_per_node})")
         if plan is not None:
-            if layout is not None or model is not None or model_config is not None or seq_len is not None:
+            if layout is not None or model is not None or model_config is not None or seq_len is not None or dropout:
                 raise InputError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len")
             from optlayout.planning.plan import Plan
 
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
             if layout is None or seq_len is None:
                 raise InputError("emit: give --plan plan.json, or --layout with --seq-len and --model")
             spec = common.model_arg(model, model_config)
-            job = common.job_arg(seq_len, global_batch, None, precision=precision)
+            job = common.job_arg(seq_len, global_batch, None, precision=precision, dropout=dropout)
             job = job.model_copy(update={"grad_bytes_per_param": grad_bytes})
             lay, per_node = parse_layout(layout), gpus_per_node
         text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,

@@ -46,7 +46,8 @@ def run_job(record: RunRecord) -> JobSpec:
 
 def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
     """Job and cluster fields the record leaves unstated, with the value assumed and why."""
-    job = {"attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher()}
+    job = {"attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher(),
+           "dropout": record.dropout()}  # fmt: skip
     cluster = {f"cluster.{k}": v for k, v in cluster_assumptions(record.cluster).items()}
     return cluster | {name: {"value": value, "why": why} for name, (value, why) in job.items() if why is not None}
 

@@ -43,6 +43,7 @@ class RunJob(BaseModel):
     moe_routing: MoeRouting | None = Field(None, description="balanced (forced uniform, dropless); null = real routing")
     moe_dispatcher: MoeDispatcher | None = Field(None, description="alltoall | flex; null = not stated")
     optimizer: Optimizer = "adam"
+    dropout: bool | None = Field(None, description="dropout layers active; null = not stated (assumed off)")
 
 
 # Frameworks that run an Ampere-era attention kernel (FlashAttention-2) on the GPUs listed (None: every GPU),
@@ -107,13 +108,17 @@ class RunRecord(BaseModel):
     layout: RunLayout
     measured: Measured
     hardware_note: str | None = None
+    framework: str | None = Field(
+        None, max_length=64, description="the training stack where known (megatron-lm, nemo, llm-foundry, ...)"
+    )
 
     def attention_kernel(self) -> tuple[AttentionKernel, str | None]:
         """The attention kernel the run used, and why it was assumed (None when the record states it)."""
         if self.job.attention_kernel is not None:
             return self.job.attention_kernel, None
         for name, (why, archs) in FLASH2_FRAMEWORKS.items():
-            if name in self.source.lower() and (archs is None or gpu_preset(self.cluster.gpu).arch in archs):
+            named = name == self.framework or name in self.source.lower()
+            if named and (archs is None or gpu_preset(self.cluster.gpu).arch in archs):
                 return "flash2", f"from the source: {why}"
         return "flash", "not stated: the GPU's native fused kernel"
 
@@ -121,9 +126,15 @@ class RunRecord(BaseModel):
         """The MoE token dispatcher the run used, and why it was assumed (None when stated or not an MoE run)."""
         if self.job.moe_dispatcher is not None or self.model.moe is None:
             return self.job.moe_dispatcher or "alltoall", None
-        if (self.model_extra or {}).get("framework") == "megatron-bridge" and self.cluster.gpu in BRIDGE_FLEX_GPUS:
+        if self.framework == "megatron-bridge" and self.cluster.gpu in BRIDGE_FLEX_GPUS:
             return "flex", "Megatron-Bridge's MoE perf recipes run HybridEP (flex dispatcher) on this system"
         return "alltoall", "not stated: Megatron's all-to-all token dispatcher"
+
+    def dropout(self) -> tuple[bool, str | None]:
+        """Whether the run's dropout layers were active, and why that was assumed (None when stated)."""
+        if self.job.dropout is not None:
+            return self.job.dropout, None
+        return False, "not stated: dropout off, as in the pretraining recipes of the published sources"
 
     def unknown_layout_fields(self) -> list[str]:
         """The layout fields the record leaves unpublished (the solver fills them)."""
@@ -134,13 +145,14 @@ class RunRecord(BaseModel):
         job = self.job
         return JobSpec(seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision,
                        attention_kernel=self.attention_kernel()[0], moe_routing=job.moe_routing,
-                       moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer)  # fmt: skip
+                       moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer,
+                       dropout=self.dropout()[0])  # fmt: skip
 
     @property
     def group_key(self) -> tuple[object, ...]:
         """Runs sharing model, cluster and job, differing only in layout, are ranked against each other."""
         return (self.model.name, self.cluster.gpu, self.cluster.gpus, self.job.seq_len, self.job.global_batch,
-                self.job.precision, self.attention_kernel()[0])  # fmt: skip
+                self.job.precision, self.attention_kernel()[0], self.dropout()[0])  # fmt: skip
 
 
 def _record(raw: Any, where: str) -> RunRecord:
