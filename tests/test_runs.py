@@ -515,3 +515,13 @@ def test_framework_field_decides_the_assumed_attention_kernel():
     assert nvidia.framework is None and nvidia.attention_kernel()[0] == "flash"  # the fixture predates the field
     titan = nvidia.model_copy(update={"framework": "torchtitan"})
     assert titan.attention_kernel()[0] == "flash2" and "torchtitan" in titan.attention_kernel()[1]
+
+
+def test_fp16_and_bf16_share_their_calibrated_constants():
+    from optlayout.runs.calibrate import calibration_key, shipped_calibration_path
+
+    shipped = load_calibration(shipped_calibration_path())
+    assert calibration_key("h100-sxm", "fp16") == calibration_key("h100-sxm", "bf16") == "h100-sxm/bf16"
+    assert "h100-sxm/bf16" in shipped.entries  # fitted on H100 bf16 runs, so an fp16 job is not left the global fit
+    assert shipped.params_for("h100-sxm", "fp16") == shipped.params_for("h100-sxm", "bf16")
+    assert shipped.params_for("h100-sxm", "fp8") != shipped.params_for("h100-sxm", "bf16")
