@@ -21,6 +21,7 @@ from optlayout.model import AttentionSpec, LayerKind, MoeSpec
 __all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding"]
 
 MlpKind = Literal["swiglu", "gelu", "relu2"]
+NormKind = Literal["rmsnorm", "layernorm"]
 Precision = Literal["bf16", "fp16", "fp8"]
 GpuArch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "other"]
 AttentionKernel = Literal["flash", "flash2", "naive"]
@@ -76,6 +77,11 @@ class ModelSpec(_Spec):
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base (Llama 3: 500000); unused with learned positions")
     rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling; None = plain RoPE")
     alibi: bool = Field(False, description="ALiBi attention biases instead of positions (MPT, BLOOM)")
+    norm: NormKind | None = Field(
+        None,
+        description="rmsnorm or layernorm; None: LayerNorm when the linear layers carry biases (GPT-style), "
+        "RMSNorm otherwise. A LayerNorm has a bias when the linear layers do (`bias`)",
+    )
     norm_eps: float = Field(1e-5, gt=0, description="RMSNorm/LayerNorm epsilon")
 
     @model_validator(mode="after")
@@ -143,6 +149,11 @@ class ModelSpec(_Spec):
             return self.heads * self.attention.v_head_dim  # type: ignore[operator]  # set for mla
         return self.q_width
 
+    @property
+    def norm_kind(self) -> NormKind:
+        """The norm the layers use: `norm`, or derived from `bias` when not given."""
+        return self.norm or ("layernorm" if self.bias else "rmsnorm")
+
     @cached_property
     def mlp_matrices(self) -> int:
         return 3 if self.mlp == "swiglu" else 2
@@ -205,7 +216,12 @@ class ModelSpec(_Spec):
 
     @cached_property
     def norm_param_count_per_layer(self) -> int:
-        return 2 * self.hidden * (2 if self.bias else 1)
+        return 2 * self.norm_param_count
+
+    @property
+    def norm_param_count(self) -> int:
+        """One norm's parameters: its scale, and a bias for a LayerNorm of a model with biases."""
+        return self.hidden * (2 if self.bias and self.norm_kind == "layernorm" else 1)
 
     @cached_property
     def layer_param_count(self) -> int:
@@ -248,8 +264,7 @@ class ModelSpec(_Spec):
     @cached_property
     def output_param_count(self) -> int:
         """Output projection (0 when tied to the input embedding) plus the final norm."""
-        final_norm = self.hidden * (2 if self.bias else 1)
-        return (0 if self.tied_embeddings else self.vocab * self.hidden) + final_norm
+        return (0 if self.tied_embeddings else self.vocab * self.hidden) + self.norm_param_count
 
     @cached_property
     def mtp_block_is_moe(self) -> bool:
@@ -261,7 +276,7 @@ class ModelSpec(_Spec):
         """Parameters of the multi-token-prediction modules, which share the embedding and output head: per
         module a transformer block, the 2h -> h projection and three norms (DeepSeek-V3 README_WEIGHTS.md)."""
         block = self.moe_layer_param_count if self.mtp_block_is_moe else self.layer_param_count
-        norms = 3 * self.hidden * (2 if self.bias else 1)
+        norms = 3 * self.norm_param_count
         return self.mtp_layers * (block + 2 * self.hidden * self.hidden + norms)
 
     @cached_property

@@ -32,7 +32,9 @@ def test_moe_records_read_into_the_specs() -> None:
     proxy = records["dgxc-v24.11.1-grok1314b-fp8-8g-35a9aec"]
     assert proxy.model.layers == 2 and proxy.model.moe_layer_count == 2  # the shortened proxy of the source
     gpt = records["mb-26.08-pretrain-gb200-gptoss120b-mxfp8-64g-main"]
-    assert gpt.model.param_count == model_preset("gpt-oss-120b").param_count  # the record's shape is the preset's
+    norm_biases = (2 * 36 + 1) * 2880  # the record states no norm: with biases it is a LayerNorm (the preset RMSNorm)
+    assert gpt.model.norm_kind == "layernorm" and model_preset("gpt-oss-120b").norm_kind == "rmsnorm"
+    assert gpt.model.param_count == model_preset("gpt-oss-120b").param_count + norm_biases
     assert gpt.model.attention.sinks and sum(gpt.model.sliding_window_flags) == 18 and gpt.model.bias
     job = gpt.job_spec()
     assert (job.moe_routing, job.optimizer, job.precision, job.seq_len) == ("balanced", "adam", "fp8", 4096)

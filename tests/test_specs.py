@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -155,3 +156,19 @@ def test_hf_config_rope_and_norm_fields() -> None:
     assert model_from_hf_config(v5).rope_scaling == m.rope_scaling
     with pytest.raises(OptlayoutError, match="rope_scaling type 'yarn' is not supported"):
         model_from_hf_config({**cfg, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+
+
+def test_the_norm_is_given_or_follows_the_biases_and_megatron_gets_it() -> None:
+    from optlayout.emit.megatron import megatron_args
+    from optlayout.layout import parse_layout
+
+    job, layout = JobSpec(seq_len=4096, global_batch=8), parse_layout("tp=1,pp=1,dp=8,ga=1")
+    nemotron, llama, gpt3 = model_preset("nemotron4-15b"), model_preset("llama3.1-8b"), model_preset("gpt3-175b")
+    assert (nemotron.norm_kind, llama.norm_kind, gpt3.norm_kind) == ("layernorm", "rmsnorm", "layernorm")
+    flags = {m.name: megatron_args(m, job, layout) for m in (nemotron, llama)}
+    assert "RMSNorm" not in flags[nemotron.name] and "--disable-bias-linear" in flags[nemotron.name]  # LayerNorm
+    assert flags[llama.name][flags[llama.name].index("--normalization") + 1] == "RMSNorm"
+    gpt_oss = model_preset("gpt-oss-120b")  # biases on its linear layers, RMSNorm without a bias
+    assert gpt_oss.norm_kind == "rmsnorm" and gpt_oss.norm_param_count == 2880
+    assert gpt3.norm_param_count == 2 * 12288  # LayerNorm with a bias
+    assert model_from_hf_config(Path(__file__).parent / "fixtures" / "hf" / "llama3.1-8b.json").norm == "rmsnorm"

@@ -375,8 +375,10 @@ def _model_flags(model: ModelSpec) -> list[tuple[str, ...]]:
         flags.append(("--qk-layernorm",))  # a norm of the --normalization type over each head's query and key
     flags += _window_flags(model)
     flags += {"swiglu": [("--swiglu",)], "relu2": [("--squared-relu",)], "gelu": []}[model.mlp]
+    if model.norm_kind == "rmsnorm":  # Megatron's default is LayerNorm
+        flags.append(("--normalization", "RMSNorm"))
     if not model.bias:
-        flags += [("--normalization", "RMSNorm"), ("--disable-bias-linear",)]
+        flags.append(("--disable-bias-linear",))
     flags.append(("--norm-epsilon", f"{model.norm_eps:g}"))
     if not model.position_embeddings:
         flags += [("--position-embedding-type", "rope"), ("--rotary-base", f"{model.rope_theta:.0f}")]

@@ -137,7 +137,7 @@ _HF_MLP = {
 
 
 def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
-    """RoPE base and Llama 3.1 scaling, ALiBi and the norm epsilon (v4 `rope_theta`/`rope_scaling`, v5
+    """RoPE base and Llama 3.1 scaling, ALiBi, the norm and its epsilon (v4 `rope_theta`/`rope_scaling`, v5
     `rope_parameters`); a RoPE scaling other than `llama3` is refused, not dropped."""
     rope = cfg.get("rope_parameters") or {}
     scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
@@ -160,6 +160,10 @@ def _hf_positions(cfg: dict[str, Any]) -> dict[str, Any]:
     eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_eps", cfg.get("layer_norm_epsilon")))
     if eps is not None:
         out["norm_eps"] = eps
+    if cfg.get("rms_norm_eps") is not None:  # the config class names its norm by its epsilon's key
+        out["norm"] = "rmsnorm"
+    elif eps is not None or cfg.get("model_type") == "nemotron":  # NemotronConfig: LayerNorm1P, `norm_eps`
+        out["norm"] = "layernorm"
     return out
 
 
@@ -212,8 +216,8 @@ def model_from_hf_config(source: str | Path | dict[str, Any], name: str | None =
         "mtp_layers": cfg.get("num_nextn_predict_layers") or 0,
         **_hf_positions(cfg),
     }
-    if kind == "gpt_oss":  # GptOssConfig: attention (attention_bias), router and experts carry biases
-        fields["bias"] = bool(cfg.get("attention_bias", True))
+    if kind == "gpt_oss":  # GptOssConfig: attention (attention_bias), router and experts carry biases; RMSNorm
+        fields |= {"bias": bool(cfg.get("attention_bias", True)), "norm": "rmsnorm"}
     try:
         return ModelSpec(**fields)
     except pydantic.ValidationError as exc:
