@@ -97,6 +97,12 @@ def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
         "moe_grouped_gemm": "--moe-grouped-gemm" in flags,
         "moe_token_dispatcher_type": one["--moe-token-dispatcher-type"],
         "moe_router_pre_softmax": "--moe-router-pre-softmax" in flags,
+        "moe_router_score_function": one.get("--moe-router-score-function", "softmax"),
+        "moe_router_enable_expert_bias": "--moe-router-enable-expert-bias" in flags,
+        "moe_router_num_groups": int(one.get("--moe-router-num-groups", 0)) or None,
+        "moe_router_group_topk": int(one.get("--moe-router-group-topk", 0)) or None,
+        "moe_router_topk_scaling_factor": float(one.get("--moe-router-topk-scaling-factor", 0)) or None,
+        "moe_router_dtype": one.get("--moe-router-dtype"),
         "mtp_num_layers": int(one.get("--mtp-num-layers", 0)) or None,
         "window_size": tuple(map(int, one["--window-size"].split(","))) if "--window-size" in one else None,
         "window_attn_skip_freq": eval(one["--window-attn-skip-freq"]) if "--window-attn-skip-freq" in one else None,
@@ -119,6 +125,10 @@ def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
     is_moe = [i % freq == 0 for i in range(model.layers)] if isinstance(freq, int) else [bool(f) for f in freq]
     assert is_moe == list(model.moe_layer_flags)
     assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (lay.ep, lay.etp)
+    assert config.moe_router_score_function == moe.router_score
+    assert config.moe_router_enable_expert_bias == (moe.router_score == "sigmoid" and bool(moe.router_bias))
+    assert (config.moe_router_num_groups, config.moe_router_group_topk) == (moe.router_groups, moe.router_group_top_k)
+    assert config.moe_router_topk_scaling_factor == moe.router_scaling
     assert (config.moe_shared_expert_intermediate_size or 0) == moe.shared_experts * moe.shared_width
     assert moe.experts % config.expert_model_parallel_size == 0  # arguments.py L1654-1658
     assert lay.tp == 1 or config.sequence_parallel  # moe_layer.py L636-640

@@ -257,6 +257,8 @@ def test_hf_config_imports_to_the_preset(config: str, preset: str) -> None:
     assert imported.moe_layer_flags == expected.moe_layer_flags
     assert imported.sliding_window_flags == expected.sliding_window_flags
     assert imported.attention.kind == expected.attention.kind and imported.mtp_layers == expected.mtp_layers
+    router = ("router_score", "router_groups", "router_group_top_k", "router_scaling")
+    assert [getattr(imported.moe, f) for f in router] == [getattr(expected.moe, f) for f in router]
 
 
 def test_hf_moe_layer_spellings() -> None:
@@ -280,6 +282,27 @@ def test_hf_moe_config_errors_name_the_field() -> None:
         model_from_hf_config({k: v for k, v in cfg.items() if k != "num_experts_per_tok"})
     with pytest.raises(OptlayoutError, match=r"model-config: moe: top_k \(9\) exceeds experts \(8\)"):
         model_from_hf_config(cfg | {"num_experts_per_tok": 9})
+
+
+def test_router_groups_follow_megatron_rules() -> None:
+    with pytest.raises(pydantic.ValidationError, match="go together"):
+        MoeSpec(experts=256, top_k=8, expert_ffn=2048, router_groups=8)
+    with pytest.raises(pydantic.ValidationError, match="not divisible by router_groups"):
+        MoeSpec(experts=256, top_k=8, expert_ffn=2048, router_groups=7, router_group_top_k=4)
+    with pytest.raises(pydantic.ValidationError, match="exceeds router_groups"):
+        MoeSpec(experts=256, top_k=8, expert_ffn=2048, router_groups=8, router_group_top_k=9)
+    args = megatron_args(model_preset("deepseek-v3"), JobSpec(seq_len=4096, global_batch=256),
+                         parse_layout("pp=16,dp=16,ep=16,ga=16,first=3,last=2"))  # fmt: skip
+    text = " ".join(args)  # DeepSeek-R1.sh's router flags
+    for flag in (
+        "--moe-router-score-function sigmoid",
+        "--moe-router-enable-expert-bias",
+        "--moe-router-num-groups 8",
+        "--moe-router-group-topk 4",
+        "--moe-router-topk-scaling-factor 2.5",
+        "--moe-router-dtype fp32",
+    ):
+        assert flag in text, flag
 
 
 def test_qwen3_query_key_norms_by_hand() -> None:

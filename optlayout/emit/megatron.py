@@ -22,6 +22,7 @@ from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
 from optlayout.errors import OptlayoutError, UnsupportedError
 from optlayout.layout.stages import chunk_layer_counts, vp_fits
 from optlayout.layout.text import format_layout
+from optlayout.model import MoeSpec
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 FsdpImpl = Literal["megatron", "torch"]
@@ -303,8 +304,7 @@ def _moe_flags(model: ModelSpec, job: JobSpec, layout: Layout) -> list[tuple[str
         ]
         if moe.shared_experts:
             flags.append(("--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_width)))
-        if moe.top_k == 1:
-            flags.append(("--moe-router-pre-softmax",))  # transformer_config.py: required with top-1 softmax
+        flags += _router_flags(moe)
         if job.moe_routing == "balanced":
             flags.append(("--moe-router-force-load-balancing",))
         if job.moe_ep_overlap:
@@ -322,6 +322,27 @@ def _moe_flags(model: ModelSpec, job: JobSpec, layout: Layout) -> list[tuple[str
         ]
     if model.mtp_layers:
         flags.append(("--mtp-num-layers", str(model.mtp_layers)))
+    return flags
+
+
+def _router_flags(moe: MoeSpec) -> list[tuple[str, ...]]:
+    """The router as the model has it (moe.md 1.2; DeepSeek-R1.sh and Kimi-K2-Instruct.sh): score function,
+    the sigmoid router's expert bias, group-limited top-k, the output scaling; fp32 routing from 32 experts
+    (megatron-core warns below it), softmax before top-k where top-1 needs it (transformer_config.py)."""
+    flags: list[tuple[str, ...]] = []
+    if moe.router_score == "sigmoid":
+        flags.append(("--moe-router-score-function", "sigmoid"))
+        if moe.router_bias:  # the aux-loss-free balancing bias: only with sigmoid scores (transformer_config.py)
+            flags.append(("--moe-router-enable-expert-bias",))
+    elif moe.top_k == 1:
+        flags.append(("--moe-router-pre-softmax",))
+    if moe.router_groups is not None:
+        flags += [("--moe-router-num-groups", str(moe.router_groups)),
+                  ("--moe-router-group-topk", str(moe.router_group_top_k))]  # fmt: skip
+    if moe.router_scaling is not None:
+        flags.append(("--moe-router-topk-scaling-factor", f"{moe.router_scaling:g}"))
+    if moe.experts >= 32:
+        flags.append(("--moe-router-dtype", "fp32"))
     return flags
 
 

@@ -80,6 +80,18 @@ class MoeSpec(BaseModel):
         description="a per-expert bias on the router (GPT-OSS's linear bias, DeepSeek-V3's load-balancing "
         "correction); default: the model's `bias`",
     )
+    router_score: Literal["softmax", "sigmoid"] = Field(
+        "softmax", description="the router's score function (DeepSeek-V3, Kimi K2: sigmoid)"
+    )
+    router_groups: Count | None = Field(
+        None, le=MAX_EXPERTS, description="group-limited routing: the experts form this many groups (DeepSeek-V3: 8)"
+    )
+    router_group_top_k: Count | None = Field(
+        None, le=MAX_EXPERTS, description="groups a token's experts may come from (DeepSeek-V3: 4)"
+    )
+    router_scaling: float | None = Field(
+        None, gt=0, le=1e3, description="factor on the routed experts' combined output (DeepSeek-V3: 2.5)"
+    )
 
     @field_validator("layer_freq", mode="before")
     @classmethod
@@ -92,6 +104,14 @@ class MoeSpec(BaseModel):
             raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
         if self.shared_expert_ffn is not None and self.shared_experts == 0:
             raise ValueError("shared_expert_ffn is given but shared_experts is 0")
+        if (self.router_groups is None) != (self.router_group_top_k is None):
+            raise ValueError("router_groups and router_group_top_k go together (group-limited routing)")
+        if self.router_groups is not None and self.router_group_top_k is not None:
+            if self.experts % self.router_groups:
+                raise ValueError(f"experts ({self.experts}) not divisible by router_groups ({self.router_groups})")
+            if self.router_group_top_k > self.router_groups:
+                raise ValueError(f"router_group_top_k ({self.router_group_top_k}) exceeds router_groups "
+                                 f"({self.router_groups})")  # fmt: skip
         if isinstance(self.layer_freq, tuple):
             if not self.layer_freq:
                 raise ValueError("layer_freq: an empty list")

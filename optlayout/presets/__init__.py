@@ -251,12 +251,17 @@ def _hf_moe(cfg: dict[str, Any], kind: str, layers: int) -> dict[str, Any] | Non
         moe["shared_experts"] = cfg["n_shared_experts"]
     elif cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE style: one shared expert of its own width
         moe |= {"shared_experts": 1, "shared_expert_ffn": cfg["shared_expert_intermediate_size"]}
-    elif kind.startswith("llama4"):  # Llama4TextMoe always adds one shared expert of intermediate_size
-        moe["shared_experts"] = 1
+    elif kind.startswith("llama4"):  # Llama4TextMoe: one shared expert of intermediate_size, sigmoid router scores
+        moe |= {"shared_experts": 1, "router_score": "sigmoid"}
     if "first_k_dense_replace" in cfg or "n_routed_experts" in cfg:  # DeepseekV3Config (+ remote code's freq)
         moe["dense_layers"] = cfg.get("first_k_dense_replace") or 0
         moe["layer_freq"] = cfg.get("moe_layer_freq") or 1
         moe["router_bias"] = True  # DeepseekV3TopkRouter's e_score_correction_bias
+        # its sigmoid scores and group-limited top-k, with DeepseekV3Config's defaults (8 groups of which 4, x2.5)
+        moe |= {"router_score": "sigmoid", "router_scaling": cfg.get("routed_scaling_factor", 2.5)}
+        groups = cfg.get("n_group", 8)
+        if groups > 1:
+            moe |= {"router_groups": groups, "router_group_top_k": cfg.get("topk_group", 4)}
     else:
         flags = _hf_moe_layer_flags(cfg, layers)
         if not all(flags):

@@ -14,13 +14,13 @@ POSITIVE = (
     "num_query_groups", "vocab_size", "head_dim", "n_routed_experts", "num_local_experts", "num_experts",
     "num_experts_per_tok", "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
     "interleave_moe_layer_step", "decoder_sparse_step", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-    "qk_rope_head_dim", "v_head_dim", "sliding_window",
+    "qk_rope_head_dim", "v_head_dim", "sliding_window", "n_group", "topk_group",
 )  # fmt: skip
 NON_NEGATIVE = ("n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers")
 INT_LISTS = ("moe_layers", "mlp_only_layers")
 TEXT = ("hidden_act", "activation_function", "_name_or_path", "model_type")
 FLAGS = ("tie_word_embeddings", "attention_bias", "use_sliding_window", "alibi")
-NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")  # positive and finite
+NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "routed_scaling_factor")  # > 0
 OBJECTS = ("rope_scaling", "rope_parameters", "attn_config")
 MAX_COUNT = 2**31
 
