@@ -525,3 +525,19 @@ def test_fp16_and_bf16_share_their_calibrated_constants():
     assert "h100-sxm/bf16" in shipped.entries  # fitted on H100 bf16 runs, so an fp16 job is not left the global fit
     assert shipped.params_for("h100-sxm", "fp16") == shipped.params_for("h100-sxm", "bf16")
     assert shipped.params_for("h100-sxm", "fp8") != shipped.params_for("h100-sxm", "bf16")
+
+
+def test_grad_bytes_are_planned_counted_and_emitted(cli, tmp_path):
+    args = ["--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "4096"]
+    layout = ["--layout", "tp=1,pp=1,dp=8,mb=1,ga=1", "--json"]
+    two, four = (json.loads(cli("estimate", *args, *layout, *extra).stdout)["prediction"]["memory"]
+                 for extra in ([], ["--grad-bytes", "4"]))  # fmt: skip
+    assert four["gradients_bytes"] == 2 * two["gradients_bytes"] == 4 * model_preset("llama3.1-8b").param_count
+    plan = tmp_path / "plan.json"
+    solved = cli("solve", *args, "--global-batch", "64", "--grad-bytes", "4", "--top", "1", "--save", str(plan))
+    assert solved.returncode == 0, solved.stderr
+    flags = cli("emit", "-f", "megatron", "--plan", str(plan))
+    assert flags.returncode == 0, flags.stderr
+    assert "--bf16" in flags.stdout and "--grad-reduce-in-bf16" not in flags.stdout  # Megatron's fp32 main grads
+    refused = cli("emit", "-f", "megatron", "--plan", str(plan), "--grad-bytes", "4")
+    assert refused.returncode != 0 and "--grad-bytes" in refused.stderr

@@ -97,6 +97,7 @@ def memory_command(
     recompute: Annotated[str, typer.Option("--recompute")] = "none",
     sequence_parallel: Annotated[bool, typer.Option("--sp", help="sequence parallel")] = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
+    grad_bytes: common.GradBytesOpt = 2.0,
     dropout: common.DropoutOpt = False,
     as_json: common.JsonOpt = False,
 ) -> None:
@@ -117,7 +118,8 @@ def memory_command(
         shard = Sharding(sharding)
     except ValueError:
         raise InputError(f"sharding: {sharding!r} is not one of none, zero1, zero2, fsdp") from None
-    job = common.job_arg(seq_len or 1, None, None, optimizer_bytes=optimizer_bytes, dropout=dropout)
+    job = common.job_arg(seq_len or 1, None, None, optimizer_bytes=optimizer_bytes, dropout=dropout,
+                         grad_bytes=grad_bytes)  # fmt: skip
     capacity = None
     if gpu_memory_gb is not None:
         if not (math.isfinite(gpu_memory_gb) and 0 < gpu_memory_gb <= MAX_GPU_MEMORY_BYTES / 1e9):
@@ -196,6 +198,7 @@ def estimate_command(
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
+    grad_bytes: common.GradBytesOpt = 2.0,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,
     straggler_slowdown: Annotated[
@@ -208,7 +211,7 @@ def estimate_command(
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
-                         attention_kernel=attention_kernel, dropout=dropout)  # fmt: skip
+                         attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     lay = parse_layout(layout)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)

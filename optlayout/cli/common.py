@@ -95,6 +95,9 @@ AttentionKernelOpt = Annotated[
     ),
 ]
 OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]
+GradBytesOpt = Annotated[
+    float, typer.Option("--grad-bytes", help="gradient bytes per parameter: 2 (bf16, default) or 4 (fp32 main grads)")
+]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="fraction of GPU memory kept free")]
 CalibrationOpt = Annotated[
     str | None,
@@ -150,6 +153,7 @@ def job_arg(
     headroom: float = 0.05,
     attention_kernel: str | None = None,
     dropout: bool = False,
+    grad_bytes: float = 2.0,
 ) -> JobSpec:
     try:
         return JobSpec(
@@ -163,6 +167,7 @@ def job_arg(
             memory_headroom=headroom,
             attention_kernel=cast(AttentionKernel, attention_kernel or "flash"),
             dropout=dropout,
+            grad_bytes_per_param=grad_bytes,
         )
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "job")) from None

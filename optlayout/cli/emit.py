@@ -33,9 +33,7 @@ def register(app: typer.Typer) -> None:
         global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
         precision: Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8")] = "bf16",
         dropout: common.DropoutOpt = False,
-        grad_bytes: Annotated[
-            float, typer.Option("--grad-bytes", help="gradient bytes per parameter the plan counted: 2 or 4 (fp32)")
-        ] = 2.0,
+        grad_bytes: common.GradBytesOpt = 2.0,
         gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
         overrides: Annotated[bool, typer.Option("--overrides", help="torchtitan 0.2.2: --section.key flags")] = False,
         torchtitan_version: Annotated[
@@ -55,8 +53,10 @@ def register(app: typer.Typer) -> None:
         if not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
             raise InputError(f"gpus-per-node: must be 1 to {MAX_GPUS_PER_SERVER:,} (got {gpus_per_node})")
         if plan is not None:
-            if layout is not None or model is not None or model_config is not None or seq_len is not None or dropout:
-                raise InputError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len")
+            given = (layout, model, model_config, seq_len, dropout or None, None if grad_bytes == 2.0 else grad_bytes)
+            if any(v is not None for v in given):
+                raise InputError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len/"
+                                 "--dropout/--grad-bytes")  # fmt: skip
             from optlayout.planning.plan import Plan
 
             saved = Plan.load(plan)
@@ -66,8 +66,8 @@ def register(app: typer.Typer) -> None:
             if layout is None or seq_len is None:
                 raise InputError("emit: give --plan plan.json, or --layout with --seq-len and --model")
             spec = common.model_arg(model, model_config)
-            job = common.job_arg(seq_len, global_batch, None, precision=precision, dropout=dropout)
-            job = job.model_copy(update={"grad_bytes_per_param": grad_bytes})
+            job = common.job_arg(seq_len, global_batch, None, precision=precision, dropout=dropout,
+                                 grad_bytes=grad_bytes)  # fmt: skip
             lay, per_node = parse_layout(layout), gpus_per_node
         text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
                     torchtitan_version=torchtitan_version)  # fmt: skip

@@ -199,6 +199,7 @@ def solve_command(
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
+    grad_bytes: common.GradBytesOpt = 2.0,
     headroom: common.HeadroomOpt = 0.05,
     top: Annotated[int, typer.Option("--top", help="how many layouts")] = 5,
     pin: PinOpt = None,
@@ -254,7 +255,8 @@ def solve_command(
         job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
                                     ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
                                     ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch),
-                                    ("--attention-kernel", attention_kernel), ("--dropout", dropout or None))
+                                    ("--attention-kernel", attention_kernel), ("--dropout", dropout or None),
+                                    ("--grad-bytes", None if grad_bytes == 2.0 else grad_bytes))
                      if v is not None]  # fmt: skip
         if job_flags:
             raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
@@ -271,7 +273,7 @@ def solve_command(
             raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
         shape = common.model_arg(model, model_config)
         job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
-                             precision, optimizer_bytes, headroom, attention_kernel, dropout)  # fmt: skip
+                             precision, optimizer_bytes, headroom, attention_kernel, dropout, grad_bytes)  # fmt: skip
         with clock.phase("topology"):
             loaded = load_cluster(source)
         params = common.params_arg(calibration, loaded.topology.gpu.name, precision)
@@ -503,6 +505,7 @@ def explain_command(
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
+    grad_bytes: common.GradBytesOpt = 2.0,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,
     as_json: common.JsonOpt = False,
@@ -513,7 +516,7 @@ def explain_command(
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
-                         attention_kernel=attention_kernel, dropout=dropout)  # fmt: skip
+                         attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": common.assumed_arg(cluster)}
     if as_json:
