@@ -18,6 +18,7 @@ from optlayout.specs import AttentionKernel, JobSpec, ModelSpec, Precision
 
 if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
     from optlayout.runs.calibrate import Calibration
+    from optlayout.runs.uncertainty import Uncertainty
     from optlayout.topology import Topology
 
 console = Console()
@@ -184,6 +185,23 @@ def calibration_arg(calibration: str | None) -> Calibration | None:
     if calibration is not None and calibration.lower() == "none":
         return None
     return load_calibration(calibration if calibration is not None else shipped_calibration_path())
+
+
+def uncertainty_arg(fitted: Calibration | None, calibration: str | None, robust: bool) -> Uncertainty | None:
+    """The calibration's held-out error model (`Calibration.uncertainty`). Without one, `--robust` is an error and
+    a plain solve says on stderr what is missing."""
+    if fitted is None:
+        if robust:
+            raise InputError("--robust: needs a calibration's held-out errors; drop --calibration none")
+        return None
+    if fitted.uncertainty is None:
+        name = calibration or "the shipped calibration"
+        missing = (f"calibration {name} has no held-out errors (schema_version {fitted.schema_version}); re-run "
+                   "`optlayout calibrate` to add them")  # fmt: skip
+        if robust:
+            raise InputError(f"--robust: {missing}")
+        err_console.print(f"note: {missing}; no prediction intervals", soft_wrap=True)
+    return fitted.uncertainty
 
 
 def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:
