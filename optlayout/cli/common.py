@@ -17,8 +17,9 @@ from optlayout.errors import InputError, OptlayoutError, describe_validation_err
 from optlayout.specs import AttentionKernel, JobSpec, ModelSpec, Precision
 
 if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
+    from optlayout.layout.model import Layout
     from optlayout.runs.calibrate import Calibration
-    from optlayout.runs.uncertainty import Uncertainty
+    from optlayout.runs.uncertainty import PredictionSupport, Uncertainty
     from optlayout.topology import Topology
 
 console = Console()
@@ -202,6 +203,19 @@ def uncertainty_arg(fitted: Calibration | None, calibration: str | None, robust:
             raise InputError(f"--robust: {missing}")
         err_console.print(f"note: {missing}; no prediction intervals", soft_wrap=True)
     return fitted.uncertainty
+
+
+def support_arg(
+    calibration: str | None, model: ModelSpec, job: JobSpec, layout: Layout, gpu: str, predicted_tps: float
+) -> PredictionSupport | None:
+    """One layout's interval and unsupported regimes under `--calibration` (None without held-out errors)."""
+    from optlayout.runs.calibrate import calibration_key
+    from optlayout.runs.uncertainty import LayoutUncertainty
+
+    u = uncertainty_arg(calibration_arg(calibration), calibration, robust=False)
+    if u is None:
+        return None
+    return LayoutUncertainty(u, model, job, calibration_key(gpu, job.precision)).support(layout, predicted_tps)
 
 
 def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:

@@ -124,8 +124,7 @@ def calibrate_command(
     ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
-    """Fit the calibratable constants per GPU and precision; report cross-validated error by source and the
-    coverage of the prediction intervals."""
+    """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
     from optlayout.runs.calibrate import calibrate
 
     outputs.check_output(output, "--output", [runs])

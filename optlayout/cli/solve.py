@@ -431,7 +431,7 @@ def print_plan(plan: Plan) -> None:
     has_support = any(p.support is not None for p in plan.layouts)
     cols = ["#", "layout", "MFU", "tok/s/GPU", "step s", "mem GB", "bubble"]
     if has_support:
-        cols += ["tok/s/GPU 80%", "unsupported"]
+        cols += ["80% range"]
     if has_goodput:
         cols += ["ckpt s", "eff. time", "goodput tok/s/GPU"]
     for col in cols:
@@ -441,15 +441,15 @@ def print_plan(plan: Plan) -> None:
             table.add_column(col, justify="right", no_wrap=True)
     for p in plan.layouts:
         lay, pred = p.layout, p.prediction
+        flagged = p.support is not None and bool(p.support.unsupported)
         row = [
-            str(p.rank), lay.short(), f"{pred.mfu:.1%}", f"{pred.tokens_per_s_per_gpu:,.0f}",
-            f"{pred.step_time_s:.2f}", f"{pred.memory_per_gpu_bytes / 1e9:.1f}", f"{pred.bubble_fraction:.1%}",
+            f"{p.rank}*" if flagged else str(p.rank), lay.short(), f"{pred.mfu:.1%}",
+            f"{pred.tokens_per_s_per_gpu:,.0f}", f"{pred.step_time_s:.2f}", f"{pred.memory_per_gpu_bytes / 1e9:.1f}",
+            f"{pred.bubble_fraction:.1%}",
         ]  # fmt: skip
         if has_support:
             s = p.support
-            row += ["", ""] if s is None else [
-                f"{s.tokens_per_s_per_gpu_low:,.0f}-{s.tokens_per_s_per_gpu_high:,.0f}", str(len(s.unsupported) or "-")
-            ]  # fmt: skip
+            row += ["" if s is None else f"{s.tokens_per_s_per_gpu_low:,.0f}-{s.tokens_per_s_per_gpu_high:,.0f}"]
         if has_goodput:
             g = p.goodput
             row += ["", "", ""] if g is None else [
@@ -459,7 +459,7 @@ def print_plan(plan: Plan) -> None:
     con.print(table)
     for p in plan.layouts:
         if p.support is not None and p.support.unsupported:
-            con.print(f"  #{p.rank}: no calibration run covers {'; '.join(p.support.unsupported)}", soft_wrap=True)
+            con.print(f"  #{p.rank}*: no calibration run covers {'; '.join(p.support.unsupported)}", soft_wrap=True)
     best = plan.layouts[0]
     for p in plan.layouts[1:]:
         faster = p.prediction.tokens_per_s_per_gpu >= best.prediction.tokens_per_s_per_gpu
