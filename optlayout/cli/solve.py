@@ -448,8 +448,8 @@ def print_plan(plan: Plan) -> None:
             f"{pred.bubble_fraction:.1%}",
         ]  # fmt: skip
         if has_support:
-            s = p.support
-            row += ["" if s is None else f"{s.tokens_per_s_per_gpu_low:,.0f}-{s.tokens_per_s_per_gpu_high:,.0f}"]
+            sup = p.support
+            row += ["" if sup is None else f"{sup.tokens_per_s_per_gpu_low:,.0f}-{sup.tokens_per_s_per_gpu_high:,.0f}"]
         if has_goodput:
             g = p.goodput
             row += ["", "", ""] if g is None else [
