@@ -10,7 +10,7 @@ import pytest
 
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.runs.agreement import recipe_agreement
-from optlayout.runs.calibrate import calibration_key, load_calibration, shipped_calibration_path
+from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
 from optlayout.runs.compare import GroupRanking, compare_runs, ranking_problem
 from optlayout.runs.predict import predict_run, run_job
 from optlayout.runs.records import read_runs
@@ -68,7 +68,7 @@ def test_the_robust_rank_equals_the_oracles_under_the_robust_objective(record) -
     pick: the walk's bounds are scaled by the table's `bound_factor`."""
     uncertainty = load_calibration(shipped_calibration_path()).uncertainty
     job = run_job(record)
-    robust = LayoutUncertainty(uncertainty, record.model, job, calibration_key(record.cluster.gpu, job.precision))
+    robust = LayoutUncertainty.on(uncertainty, record.model, job, record.cluster.gpu)
     ranking = rank_problem(dataclasses.replace(ranking_problem(record, DEFAULT_PARAMS), robust=robust))
     published = predict_run(record, DEFAULT_PARAMS)
     target = published.prediction.tokens_per_s_per_gpu * published.layout.gpus * robust.factor(published.layout)

@@ -38,7 +38,7 @@ ROBUST = Uncertainty(
 
 
 def robust_rank(model: ModelSpec, job: JobSpec, gpu: str) -> LayoutUncertainty:
-    return LayoutUncertainty(ROBUST, model, job, f"{gpu}/{job.precision}")
+    return LayoutUncertainty.on(ROBUST, model, job, gpu)
 
 
 @st.composite

@@ -96,7 +96,7 @@ def test_coverage_holds_each_source_out_by_hand() -> None:
 def test_coverage_on_a_fixture_of_calibration_runs() -> None:
     """Held-out rows of the shipped calibration (`optlayout calibrate --heldout`, one run in four of each source,
     tests/fixtures/heldout_errors.jsonl). The interval's rule, applied with each source held out, covers the held-out
-    runs about as often as it says: within 15 points of 80% (a binomial 2-sigma band for this many runs is ~11)."""
+    runs about as often as it says: within 15 points of 80% (a binomial 2-sigma band for 108 runs is ~8)."""
     rows = [HeldOut.model_validate_json(line) for line in HELDOUT.read_text().splitlines()]
     assert len({r.source for r in rows}) >= 3
     cov = coverage(rows)

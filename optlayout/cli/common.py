@@ -209,13 +209,10 @@ def support_arg(
     calibration: str | None, model: ModelSpec, job: JobSpec, layout: Layout, gpu: str, predicted_tps: float
 ) -> PredictionSupport | None:
     """One layout's interval and unsupported regimes under `--calibration` (None without held-out errors)."""
-    from optlayout.runs.calibrate import calibration_key
     from optlayout.runs.uncertainty import LayoutUncertainty
 
     u = uncertainty_arg(calibration_arg(calibration), calibration, robust=False)
-    if u is None:
-        return None
-    return LayoutUncertainty(u, model, job, calibration_key(gpu, job.precision)).support(layout, predicted_tps)
+    return LayoutUncertainty.on(u, model, job, gpu).support(layout, predicted_tps) if u is not None else None
 
 
 def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:

@@ -104,10 +104,7 @@ class SolveRequest:
                              "`optlayout calibrate` since calibration schema 2)")  # fmt: skip
         layout_uncertainty = None
         if uncertainty is not None:
-            from optlayout.runs.calibrate import calibration_key
-
-            layout_uncertainty = LayoutUncertainty(uncertainty, spec, job,
-                                                   calibration_key(topology.gpu.name, job.precision))  # fmt: skip
+            layout_uncertainty = LayoutUncertainty.on(uncertainty, spec, job, topology.gpu.name)
         slowdown = check_straggler(straggler_slowdown)
         options = space_options(pins, maxima, exclude, **(switches or {}))
         goodput = None

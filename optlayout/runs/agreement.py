@@ -65,11 +65,7 @@ class RankSpace:
         robust: Uncertainty | None = None,
     ) -> None:
         job = run_job(record)
-        ranked_by = None
-        if robust is not None:
-            from optlayout.runs.calibrate import calibration_key
-
-            ranked_by = LayoutUncertainty(robust, record.model, job, calibration_key(record.cluster.gpu, job.precision))
+        ranked_by = LayoutUncertainty.on(robust, record.model, job, record.cluster.gpu) if robust is not None else None
         problem = Problem(record.model, job, topology, params, options, robust=ranked_by)
         self.table, self.capacity, self.limits = problem.table, problem.capacity_bytes, problem.limits
         groups = list(problem.groups())

@@ -291,6 +291,13 @@ class LayoutUncertainty:
     job: JobSpec
     gpu_key: str
 
+    @classmethod
+    def on(cls, uncertainty: Uncertainty, model: ModelSpec, job: JobSpec, gpu: str) -> LayoutUncertainty:
+        """For the job on a GPU preset, keyed as the calibration keys its constants."""
+        from optlayout.runs.calibrate import calibration_key  # calibrate imports this module
+
+        return cls(uncertainty, model, job, calibration_key(gpu, job.precision))
+
     def regimes(self, layout: Layout) -> Regimes:
         return describe(self.model, self.job, layout, self.gpu_key, getattr(self.job, "fp8_recipe", None))
 
