@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
@@ -290,6 +290,7 @@ class LayoutUncertainty:
     model: ModelSpec
     job: JobSpec
     gpu_key: str
+    _factors: dict[tuple[object, ...], float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def on(cls, uncertainty: Uncertainty, model: ModelSpec, job: JobSpec, gpu: str) -> LayoutUncertainty:
@@ -302,7 +303,11 @@ class LayoutUncertainty:
         return describe(self.model, self.job, layout, self.gpu_key, getattr(self.job, "fp8_recipe", None))
 
     def factor(self, layout: Layout) -> float:
-        return math.exp(-bounds(self.uncertainty, self.regimes(layout)).high)
+        key = (layout.tp, layout.pp, layout.vp, layout.cp, layout.dp, layout.sharding)  # all `describe` reads
+        factor = self._factors.get(key)
+        if factor is None:
+            factor = self._factors[key] = math.exp(-bounds(self.uncertainty, self.regimes(layout)).high)
+        return factor
 
     @property
     def max_factor(self) -> float:

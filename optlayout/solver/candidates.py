@@ -226,6 +226,13 @@ class CostTable:
         cheapest = group.cheapest_variant()
         return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
+    def group_factor(self, group: LayoutGroup) -> float:
+        """The largest robust factor of the group's layouts: it depends on their degrees and sharding only."""
+        if self.robust is None:
+            return 1.0
+        recompute, sp = next(group.variants())
+        return max(self.robust.factor(group.layout(s, recompute, sp)) for s in group.shardings)
+
     def evaluated_candidates(
         self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None, clock: PhaseClock | None = None
     ) -> tuple[list[Candidate], int]:
@@ -241,7 +248,8 @@ class CostTable:
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
-        stage alone overflows memory (`memory_floor_bytes`) is not evaluated. Returns the evaluated candidates
+        stage alone overflows memory (`memory_floor_bytes`) is not evaluated. Under the robust objective each bound is
+        scaled by the largest factor it covers (`bound_factor`, `group_factor`). Returns the evaluated candidates
         (some may not fit) and the number of legal layouts. `clock` gets the time spent walking the space
         (enumeration), in the cost model (cost_tables) and the rest (reductions)."""
         started = time.perf_counter()
@@ -264,6 +272,10 @@ class CostTable:
             threshold = kth.value() / self.bound_factor - margin
             if bound < threshold:
                 break  # every remaining group is bounded below the k-th best: none can enter the top k
+            if self.robust is not None:  # the group's own largest factor bounds its layouts tighter
+                threshold = (kth.value() - margin * self.bound_factor) / self.group_factor(group)
+                if bound < threshold:
+                    continue
             state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
             unrecomputed: dict[bool, float] = {}  # per sequence parallelism: the evaluated recompute=none bound
             for recompute, sp in group.variants():  # recompute=none first
