@@ -213,7 +213,6 @@ def bounds(u: Uncertainty, r: Regimes) -> Bounds:
     """The interval rule (module docstring)."""
     dists = [u.overall]
     unsupported = u.support.outside(r)
-    penalised = False
     gpu_unmeasured = r.categories.get("gpu") not in u.support.categories.get("gpu", [])
     if gpu_unmeasured and u.unmeasured_gpu is not None:
         dists.append(u.unmeasured_gpu)  # its own out-of-sample distribution; no penalty for it
