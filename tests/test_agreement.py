@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -9,9 +10,12 @@ import pytest
 
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.runs.agreement import recipe_agreement
+from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
 from optlayout.runs.compare import GroupRanking, compare_runs, ranking_problem
-from optlayout.runs.predict import predict_run
+from optlayout.runs.predict import predict_run, run_job
 from optlayout.runs.records import read_runs
+from optlayout.runs.uncertainty import LayoutUncertainty
+from optlayout.solver.candidates import layout_identity
 from optlayout.solver.oracle import rank_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"
@@ -56,3 +60,23 @@ def test_the_bounded_ranking_keeps_what_the_exhaustive_one_says_at_or_above_its_
         if floor <= run_floor:  # what compare asks: the run's own rank, with the floor at its prediction
             tps = predicted.prediction.tokens_per_s_per_gpu
             assert bounded.rank_of(predicted.layout, tps) == full.rank_of(predicted.layout, tps)
+
+
+@pytest.mark.parametrize("record", RUNS[:4], ids=[r.id for r in RUNS[:4]])
+def test_the_robust_rank_equals_the_oracles_under_the_robust_objective(record) -> None:
+    """Ranked by the conservative throughput (`solve --robust`), the bounded walk still finds the oracle's rank and
+    pick: the walk's bounds are scaled by the table's `bound_factor`."""
+    uncertainty = load_calibration(shipped_calibration_path()).uncertainty
+    job = run_job(record)
+    robust = LayoutUncertainty.on(uncertainty, record.model, job, record.cluster.gpu)
+    ranking = rank_problem(dataclasses.replace(ranking_problem(record, DEFAULT_PARAMS), robust=robust))
+    published = predict_run(record, DEFAULT_PARAMS)
+    target = published.prediction.tokens_per_s_per_gpu * published.layout.gpus * robust.factor(published.layout)
+    identities = [layout_identity(c.layout) for c in ranking]
+    mine = layout_identity(published.layout)
+    rank = (
+        identities.index(mine) + 1 if mine in identities else 1 + sum(c.cluster_tokens_per_s > target for c in ranking)
+    )
+    agreement = recipe_agreement(record, DEFAULT_PARAMS, robust=uncertainty)
+    assert agreement.rank == rank
+    assert agreement.best.layout == ranking[0].layout

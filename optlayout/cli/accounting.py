@@ -216,11 +216,20 @@ def estimate_command(
     lay = parse_layout(layout)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)
     assumed = common.assumed_arg(cluster)
+    support = common.support_arg(calibration, shape, job, lay, topo.gpu.name, run.prediction.tokens_per_s_per_gpu)
     if as_json:
-        common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler, "assumed": assumed})
+        common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler, "assumed": assumed}
+                          | ({"support": support} if support is not None else {}))  # fmt: skip
         return
     common.print_assumed(assumed)
     print_prediction(lay.short(), run.prediction)
+    if support is not None:
+        common.console.print(
+            f"  80% interval {support.tokens_per_s_per_gpu_low:,.0f}-{support.tokens_per_s_per_gpu_high:,.0f} "
+            "tokens/s/GPU (calibration's held-out errors)"
+            + (f"; no calibration run covers {'; '.join(support.unsupported)}" if support.unsupported else ""),
+            soft_wrap=True,
+        )
     if run.straggler is not None:
         s = run.straggler
         common.console.print(

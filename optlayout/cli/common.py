@@ -17,7 +17,9 @@ from optlayout.errors import InputError, OptlayoutError, describe_validation_err
 from optlayout.specs import AttentionKernel, JobSpec, ModelSpec, Precision
 
 if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
+    from optlayout.layout.model import Layout
     from optlayout.runs.calibrate import Calibration
+    from optlayout.runs.uncertainty import PredictionSupport, Uncertainty
     from optlayout.topology import Topology
 
 console = Console()
@@ -194,6 +196,33 @@ def calibration_arg(calibration: str | None) -> Calibration | None:
     if calibration is not None and calibration.lower() == "none":
         return None
     return load_calibration(calibration if calibration is not None else shipped_calibration_path())
+
+
+def uncertainty_arg(fitted: Calibration | None, calibration: str | None, robust: bool) -> Uncertainty | None:
+    """The calibration's held-out error model (`Calibration.uncertainty`). Without one, `--robust` is an error and
+    a plain solve says on stderr what is missing."""
+    if fitted is None:
+        if robust:
+            raise InputError("--robust: needs a calibration's held-out errors; drop --calibration none")
+        return None
+    if fitted.uncertainty is None:
+        name = calibration or "the shipped calibration"
+        missing = (f"calibration {name} has no held-out errors (schema_version {fitted.schema_version}); re-run "
+                   "`optlayout calibrate` to add them")  # fmt: skip
+        if robust:
+            raise InputError(f"--robust: {missing}")
+        err_console.print(f"note: {missing}; no prediction intervals", soft_wrap=True)
+    return fitted.uncertainty
+
+
+def support_arg(
+    calibration: str | None, model: ModelSpec, job: JobSpec, layout: Layout, gpu: str, predicted_tps: float
+) -> PredictionSupport | None:
+    """One layout's interval and unsupported regimes under `--calibration` (None without held-out errors)."""
+    from optlayout.runs.uncertainty import LayoutUncertainty
+
+    u = uncertainty_arg(calibration_arg(calibration), calibration, robust=False)
+    return LayoutUncertainty.on(u, model, job, gpu).support(layout, predicted_tps) if u is not None else None
 
 
 def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:

@@ -119,12 +119,17 @@ def compare_command(
 def calibrate_command(
     runs: Annotated[Path, typer.Argument(help="run records: .jsonl or .csv")],
     output: Annotated[Path, typer.Option("-o", "--output", help="calibration YAML to write")],
+    heldout: Annotated[
+        Path | None, typer.Option("--heldout", help="also write each run's held-out log errors and regimes (JSONL)")
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
     from optlayout.runs.calibrate import calibrate
 
     outputs.check_output(output, "--output", [runs])
+    if heldout is not None:
+        outputs.check_output(heldout, "--heldout", [runs, output])
     records = _read(runs)
     if len(records) < 2:
         raise InputError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
@@ -134,6 +139,9 @@ def calibrate_command(
         fitted = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
                             progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
     outputs.write_output(output, fitted.to_yaml(), "--output", [runs])
+    if heldout is not None:
+        rows = "".join(row.model_dump_json() + "\n" for row in fitted._heldout)
+        outputs.write_output(heldout, rows, "--heldout", [runs, output])
     if as_json:
         common.print_json(fitted.model_dump())
         return
@@ -148,6 +156,10 @@ def calibrate_command(
     for source in rep["sources"]:
         table.add_row(source[:50], *(f"{rep[k]['per_source'][source]:.1%}" for k in keys))
     common.console.print(table)
+    cov = fitted.uncertainty.coverage if fitted.uncertainty is not None else {}
+    if cov:
+        common.console.print(f"{cov['nominal']:.0%} prediction intervals cover {cov['covered']:.0%} of {cov['runs']} "
+                             "runs with their source held out")  # fmt: skip
 
 
 def from_log_command(

@@ -13,6 +13,7 @@ from rich.table import Table
 from optlayout.cli import command_started_s, common, outputs
 from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec, storage_spec
 from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
+from optlayout.cost import DEFAULT_PARAMS
 from optlayout.errors import InputError
 from optlayout.layout import SEARCHED_AXES
 from optlayout.timings import PhaseClock, timings_json, timings_line
@@ -107,6 +108,11 @@ StragglerOpt = Annotated[
 FromPlanOpt = Annotated[Path | None, typer.Option("--from-plan", help="re-plan a saved plan (--save) on --gpus N GPUs")]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="with --from-plan: the new GPU count")]
 SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence")]
+RobustOpt = Annotated[
+    bool,
+    typer.Option("--robust", help="rank by the conservative estimate: the low end of each layout's 80% interval "
+                 "from the calibration's held-out errors (unsupported regimes widen it)"),
+]  # fmt: skip
 
 
 def _positive(flag: str, value: float | None) -> None:
@@ -221,6 +227,7 @@ def solve_command(
     d2h_gbytes_per_s: D2hOpt = DEFAULT_D2H_BPS / GB,
     restart_minutes: RestartOpt = DEFAULT_RESTART_S / MINUTE,
     straggler_slowdown: StragglerOpt = None,
+    robust: RobustOpt = False,
     from_plan: FromPlanOpt = None,
     gpus: GpusOpt = None,
     save: Annotated[Path | None, typer.Option("--save", help="write the plan as JSON")] = None,
@@ -262,6 +269,8 @@ def solve_command(
             raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
         if gpus is None and source is None:
             raise InputError("--from-plan needs --gpus N (or the new --cluster/--topology)")
+        if robust:
+            raise InputError("--robust ranks a new solve; re-planning (--from-plan) keeps the plan's objective")
         plan, loaded = _replan(from_plan, gpus, source, calibration, objective, straggler_slowdown, search,
                                clock, started_s)  # fmt: skip
     else:
@@ -276,10 +285,13 @@ def solve_command(
                              precision, optimizer_bytes, headroom, attention_kernel, dropout, grad_bytes)  # fmt: skip
         with clock.phase("topology"):
             loaded = load_cluster(source)
-        params = common.params_arg(calibration, loaded.topology.gpu.name, precision)
+        fitted = common.calibration_arg(calibration)
+        params = fitted.params_for(loaded.topology.gpu.name, precision) if fitted is not None else DEFAULT_PARAMS
+        uncertainty = common.uncertainty_arg(fitted, calibration, robust)
         _parsed(clock, started_s)
         plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
-                     straggler_slowdown=straggler_slowdown or 0.0, **search)  # fmt: skip
+                     straggler_slowdown=straggler_slowdown or 0.0, uncertainty=uncertainty, robust=robust,
+                     **search)  # fmt: skip
     clock.merge(plan.phases_s)
     _output(plan, save, report, loaded, as_json, inputs, clock, timings, verbose)
 
@@ -366,8 +378,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     """The `--json` schema: status, layouts [{layout, prediction}], and the plan's context; the same input
     gives the same JSON (`--timings` adds a `timings` object, the one part that changes run to run).
 
-    Added without changing the keys above: `objective`; per layout `goodput` (with failure and storage
-    inputs) and `straggler` (with a slowdown); `replanned_from` and `changes` after --from-plan."""
+    Added without changing the keys above: `objective`, `robust`; per layout `goodput` (with failure and storage
+    inputs), `straggler` (with a slowdown) and `support` (with a calibration's held-out errors: the 80% interval
+    of tokens/s/GPU and the unsupported regimes); `replanned_from` and `changes` after --from-plan."""
     out = {
         "schema_version": plan.schema_version,
         "status": plan.status,
@@ -376,6 +389,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "topology": plan.topology_name,
         "gpus": plan.gpus,
         "objective": plan.objective,
+        "robust": plan.robust,
         "diagnosis": plan.diagnosis,
         "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
@@ -396,6 +410,8 @@ def _layout_json(p: PlannedLayout) -> dict[str, Any]:
         row["goodput"] = p.goodput.model_dump(mode="json")
     if p.straggler is not None:
         row["straggler"] = p.straggler.model_dump()
+    if p.support is not None:
+        row["support"] = p.support.model_dump()
     return row
 
 
@@ -411,10 +427,14 @@ def print_plan(plan: Plan) -> None:
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "
         f"[bold]{plan.status}[/bold] over {plan.candidates} candidates (CP-SAT {plan.cpsat_time_s:.3f} s)"
         + (" (objective: goodput)" if plan.objective == "goodput" else "")
+        + (" (robust: ranked by the 80% interval's low end)" if plan.robust else "")
     )
     has_goodput = any(p.goodput is not None for p in plan.layouts)
     table = Table()
+    has_support = any(p.support is not None for p in plan.layouts)
     cols = ["#", "layout", "MFU", "tok/s/GPU", "step s", "mem GB", "bubble"]
+    if has_support:
+        cols += ["80% range"]
     if has_goodput:
         cols += ["ckpt s", "eff. time", "goodput tok/s/GPU"]
     for col in cols:
@@ -424,10 +444,15 @@ def print_plan(plan: Plan) -> None:
             table.add_column(col, justify="right", no_wrap=True)
     for p in plan.layouts:
         lay, pred = p.layout, p.prediction
+        flagged = p.support is not None and bool(p.support.unsupported)
         row = [
-            str(p.rank), lay.short(), f"{pred.mfu:.1%}", f"{pred.tokens_per_s_per_gpu:,.0f}",
-            f"{pred.step_time_s:.2f}", f"{pred.memory_per_gpu_bytes / 1e9:.1f}", f"{pred.bubble_fraction:.1%}",
+            f"{p.rank}*" if flagged else str(p.rank), lay.short(), f"{pred.mfu:.1%}",
+            f"{pred.tokens_per_s_per_gpu:,.0f}", f"{pred.step_time_s:.2f}", f"{pred.memory_per_gpu_bytes / 1e9:.1f}",
+            f"{pred.bubble_fraction:.1%}",
         ]  # fmt: skip
+        if has_support:
+            sup = p.support
+            row += ["" if sup is None else f"{sup.tokens_per_s_per_gpu_low:,.0f}-{sup.tokens_per_s_per_gpu_high:,.0f}"]
         if has_goodput:
             g = p.goodput
             row += ["", "", ""] if g is None else [
@@ -435,6 +460,9 @@ def print_plan(plan: Plan) -> None:
             ]  # fmt: skip
         table.add_row(*row)
     con.print(table)
+    for p in plan.layouts:
+        if p.support is not None and p.support.unsupported:
+            con.print(f"  #{p.rank}*: no calibration run covers {'; '.join(p.support.unsupported)}", soft_wrap=True)
     best = plan.layouts[0]
     for p in plan.layouts[1:]:
         faster = p.prediction.tokens_per_s_per_gpu >= best.prediction.tokens_per_s_per_gpu

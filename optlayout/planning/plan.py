@@ -15,6 +15,7 @@ from optlayout.cost import Prediction
 from optlayout.errors import InfeasibleError, InputError, describe_validation_error
 from optlayout.inputs.limits import MAX_GPUS
 from optlayout.inputs.readers import PLAN
+from optlayout.runs.uncertainty import PredictionSupport
 from optlayout.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 SCHEMA_VERSION = 1
@@ -31,6 +32,9 @@ class PlannedLayout(BaseModel):
     prediction: Prediction
     goodput: LayoutCheckpointing | None = None
     straggler: StragglerPrediction | None = None
+    support: PredictionSupport | None = Field(
+        None, description="interval of tokens/s/GPU from the calibration's held-out errors; unsupported regimes"
+    )
     _context: tuple[ModelSpec, JobSpec, int] | None = PrivateAttr(default=None)
 
     def _plan_context(self) -> tuple[ModelSpec, JobSpec, int]:
@@ -123,6 +127,7 @@ class Plan(BaseModel):
         None, description="the generator-form topology document the cluster came from (re-planning rebuilds it)"
     )
     objective: str = Field("mfu", description="mfu (throughput) | goodput (throughput x effective time fraction)")
+    robust: bool = Field(False, description="ranked by the conservative estimate (the interval's low end)")
     failure: FailureSpec | None = None
     storage: StorageSpec | None = None
     straggler_slowdown: float = Field(0.0, description="the slowest rank's slowdown, applied to the predictions")

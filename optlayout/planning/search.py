@@ -24,6 +24,7 @@ from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.limits import MAX_TOP
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.plan import Plan, PlannedLayout
+from optlayout.runs.uncertainty import LayoutUncertainty, Uncertainty
 from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_skyline
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.problem import Problem
@@ -61,6 +62,7 @@ class SolveRequest:
     failure: FailureSpec | None = None
     storage: StorageSpec | None = None
     straggler_slowdown: float = 0.0
+    uncertainty: LayoutUncertainty | None = None  # set: every layout carries its interval and support
 
     @classmethod
     def make(
@@ -80,6 +82,8 @@ class SolveRequest:
         storage: StorageSpec | Mapping[str, Any] | None = None,
         straggler_slowdown: float = 0.0,
         switches: Mapping[str, Any] | None = None,
+        uncertainty: Uncertainty | None = None,
+        robust: bool = False,
     ) -> SolveRequest:
         """Check the request field by field (one-line errors naming the field) and build its problem."""
         spec = resolve_model(model)
@@ -95,13 +99,20 @@ class SolveRequest:
             missing = " and ".join(name for name, value in need if value is None)
             raise InputError(f"objective goodput: needs {missing} to price checkpoints and failures")
         check_run_conditions(fail, store)
+        if robust and uncertainty is None:
+            raise InputError("robust: needs a calibration with held-out errors (`uncertainty`, written by "
+                             "`optlayout calibrate` since calibration schema 2)")  # fmt: skip
+        layout_uncertainty = None
+        if uncertainty is not None:
+            layout_uncertainty = LayoutUncertainty.on(uncertainty, spec, job, topology.gpu.name)
         slowdown = check_straggler(straggler_slowdown)
         options = space_options(pins, maxima, exclude, **(switches or {}))
         goodput = None
         if fail is not None and store is not None:
             goodput = GoodputModel(spec, job, fail, store, topology.gpus_per_server)
-        problem = Problem(spec, job, topology, params, options, goodput if objective == "goodput" else None)
-        return cls(problem, top, time_limit_s, objective, fail, store, slowdown)
+        problem = Problem(spec, job, topology, params, options, goodput if objective == "goodput" else None,
+                          layout_uncertainty if robust else None)  # fmt: skip
+        return cls(problem, top, time_limit_s, objective, fail, store, slowdown, layout_uncertainty)
 
     @property
     def options(self) -> SpaceOptions:
@@ -131,6 +142,8 @@ def solve(
     failure: FailureSpec | Mapping[str, Any] | None = None,
     storage: StorageSpec | Mapping[str, Any] | None = None,
     straggler_slowdown: float = 0.0,
+    uncertainty: Uncertainty | None = None,
+    robust: bool = False,
     **switches: Any,
 ) -> Plan:
     """The `top` layouts with the highest predicted throughput (objective "mfu") or goodput (objective
@@ -142,6 +155,9 @@ def solve(
     objective; given with "mfu" they only add each layout's goodput to the plan. `straggler_slowdown` s
     (0.02 = the slowest rank 2% slower) divides every layout's throughput by 1 + s in the reported
     `straggler` figures; it never changes the order.
+    `uncertainty` (a calibration's, `Calibration.uncertainty`) adds each layout's `support`: its 10th-90th
+    percentile interval of tokens/s/GPU from the calibration's held-out errors and the regimes no calibration run
+    covers; with `robust`, layouts rank by that interval's low end (the conservative estimate) instead.
     Switches: allow_tp_beyond_domain, allow_idle_gpus, max_micro_batch, max_vp, max_cp, max_bubble_fraction.
     """
     clock = PhaseClock()
@@ -152,7 +168,7 @@ def solve(
     request = SolveRequest.make(
         spec, loaded.topology, job, top=top, pins=pins, maxima=maxima, exclude=exclude, params=params,
         time_limit_s=time_limit_s, objective=objective, failure=failure, storage=storage,
-        straggler_slowdown=straggler_slowdown, switches=switches,
+        straggler_slowdown=straggler_slowdown, switches=switches, uncertainty=uncertainty, robust=robust,
     )  # fmt: skip
     plan = solve_request(request, clock)
     return plan.model_copy(
@@ -202,8 +218,10 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
                         f"goodput: {ckpt.problem} ({ckpt.checkpoint_bytes / 1e9:.3g} GB of weights and optimizer state "
                         f"per checkpoint, {ckpt.write_s / 60:.3g} min to write at the given storage bandwidth)"
                     )
+            lu = request.uncertainty
+            support = lu.support(c.layout, c.prediction.tokens_per_s_per_gpu) if lu is not None else None
             planned.append(PlannedLayout(rank=i + 1, layout=c.layout, prediction=c.prediction, goodput=ckpt,
-                                         straggler=straggler))  # fmt: skip
+                                         straggler=straggler, support=support))  # fmt: skip
     return Plan(
         status=result.status,
         phases_s=clock.phases_s(),
@@ -216,6 +234,7 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
         gpus=topo.num_gpus,
         gpus_per_server=topo.gpus_per_server,
         objective=request.objective,
+        robust=problem.robust is not None,
         failure=request.failure,
         storage=request.storage,
         straggler_slowdown=slowdown,

@@ -232,6 +232,9 @@ def _layouts_table(plan: Plan) -> str:
     headers: list[str | Cell] = ["rank"]
     headers += [a.label if a.numeric or a.kind is bool else Cell(a.label, cls="l") for a in axes]
     headers += ["MFU", "tokens/s/GPU", "step time", "memory/GPU", "of capacity", "bubble"]
+    supported = any(p.support is not None for p in plan.layouts)
+    if supported:
+        headers += ["tokens/s/GPU 80%", Cell("no calibration run covers", cls="l")]
     rows = []
     for p in plan.layouts:
         lay, pred = p.layout, p.prediction
@@ -248,8 +251,16 @@ def _layouts_table(plan: Plan) -> str:
                 Cell(fmt_pct(pred.bubble_fraction), pred.bubble_fraction),
             ]
         )
+        if supported:
+            s = p.support
+            rows[-1] += ["", ""] if s is None else [
+                Cell(f"{fmt_num(s.tokens_per_s_per_gpu_low)}-{fmt_num(s.tokens_per_s_per_gpu_high)}",
+                     s.tokens_per_s_per_gpu_low),
+                Cell("; ".join(s.unsupported) or "-", cls="l"),
+            ]  # fmt: skip
+    ranked = "the low end of its 80% interval (--robust)" if plan.robust else "predicted throughput"
     note = (
-        '<p class="note">Ranked by predicted throughput (MFU = 6N-style model FLOPs x tokens/s / peak). '
+        f'<p class="note">Ranked by {ranked} (MFU = 6N-style model FLOPs x tokens/s / peak). '
         "Click a column header to sort.</p>"
     )
     body = table(headers, rows, table_id="layouts-table", sortable=True, probe=True)

@@ -3,7 +3,8 @@
 A claimed gain over a measured, tuned recipe is a prediction nobody has verified; large ones point at physics
 the cost model lacks. The rank is the one `compare` reports (from the exhaustive oracle), found with the
 solver's bound instead of evaluating every layout: groups of layouts are walked best `throughput_bound` first
-and the walk stops once no remaining group can beat the published layout (or the best found).
+and the walk stops once no remaining group can beat the published layout (or the best found). With an
+`Uncertainty`, layouts rank as `solve --robust` ranks them: by their conservative throughput.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from optlayout.cost import CostParams
 from optlayout.layout.model import Layout
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
+from optlayout.runs.uncertainty import LayoutUncertainty, Uncertainty
 from optlayout.solver.candidates import (
     THROUGHPUT_RESOLUTION,
     Candidate,
@@ -54,13 +56,28 @@ class RankSpace:
     """The solver's space for one model, cluster, job and cost constants: its layout groups, best bound first,
     and every candidate evaluated so far (runs of one group share it)."""
 
-    def __init__(self, record: RunRecord, params: CostParams, topology: Topology, options: SpaceOptions) -> None:
-        problem = Problem(record.model, run_job(record), topology, params, options)
+    def __init__(
+        self,
+        record: RunRecord,
+        params: CostParams,
+        topology: Topology,
+        options: SpaceOptions,
+        robust: Uncertainty | None = None,
+    ) -> None:
+        job = run_job(record)
+        ranked_by = LayoutUncertainty.on(robust, record.model, job, record.cluster.gpu) if robust is not None else None
+        problem = Problem(record.model, job, topology, params, options, robust=ranked_by)
         self.table, self.capacity, self.limits = problem.table, problem.capacity_bytes, problem.limits
         groups = list(problem.groups())
         self.legal_layouts = sum(map(len, groups))
         self.ordered = sorted(((self.table.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
         self._feasible: dict[Layout, Candidate | None] = {}
+
+    def ranked_tokens_per_s(self, prediction: RunPrediction) -> float:
+        """The published layout's cluster tokens/s in the order's terms (conservative under robust)."""
+        robust = self.table.robust
+        factor = robust.factor(prediction.layout) if robust is not None else 1.0
+        return prediction.prediction.tokens_per_s_per_gpu * prediction.layout.gpus * factor
 
     def feasible(self, layout: Layout) -> Candidate | None:
         """The layout's candidate when it fits and passes the job's limits."""
@@ -80,18 +97,22 @@ def recipe_agreement(
     options: SpaceOptions | None = None,
     max_rank: int | None = None,
     space: RankSpace | None = None,
+    robust: Uncertainty | None = None,
 ) -> Agreement:
     """Rank the record's published layout among the feasible layouts of the solver's space (default options,
     the job's memory and batch limits), best first, each distinct layout once. With `max_rank`, stop once that
     many distinct layouts beat it (the rank is then reported as max_rank + 1, `beyond`). `space` (for this
-    record's model, cluster, job and params) is reused across runs of one group."""
+    record's model, cluster, job and params) is reused across runs of one group. With `robust`, layouts rank by
+    their conservative throughput (`solve --robust`)."""
     topo = topology or topology_from_cluster(record.cluster)
     published = predict_run(record, params, topo)
-    space = space or RankSpace(record, params, topo, options or SpaceOptions())
-    target = published.prediction.tokens_per_s_per_gpu * published.layout.gpus
+    space = space or RankSpace(record, params, topo, options or SpaceOptions(), robust)
+    target = space.ranked_tokens_per_s(published)
     # the solver's order compares throughput in objective units (1e-6 of the best): within two of the target a
-    # layout may rank either side of it; beyond, it surely ranks below (under `floor`) or ahead
-    margin = 2.0 * (space.ordered[0][0] if space.ordered else 0.0) / THROUGHPUT_RESOLUTION
+    # layout may rank either side of it; beyond, it surely ranks below (under `floor`) or ahead. The bounds bound
+    # the cost model's throughput; the ranked one is at most `bound_factor` times it
+    factor = space.table.bound_factor
+    margin = 2.0 * factor * (space.ordered[0][0] if space.ordered else 0.0) / THROUGHPUT_RESOLUTION
     floor = target - margin
     mine = layout_identity(published.layout)
     best_tps = 0.0
@@ -99,7 +120,7 @@ def recipe_agreement(
     ahead: set[tuple[object, ...]] = set()  # distinct layouts surely ranked before the published one
     for bound, group in space.ordered:
         enough = max_rank is not None and len(ahead) >= max_rank
-        if (bound < floor or enough) and bound <= best_tps:
+        if (bound * factor < floor or enough) and bound * factor <= best_tps:
             break
         for lay in group.layouts():
             cand = space.feasible(lay)

@@ -8,6 +8,7 @@ only the constants, never the layouts. The error is reported under cross-validat
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -23,13 +24,15 @@ from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.readers import CALIBRATION
+from optlayout.runs.uncertainty import HeldOut, Uncertainty, build_uncertainty, coverage, describe
 
 if TYPE_CHECKING:  # fitting needs them; reading a calibration file does not (a solve loads only that)
     from optlayout.runs.predict import RunPrediction
     from optlayout.runs.records import RunRecord
     from optlayout.topology import Topology
 
-CALIBRATION_SCHEMA_VERSION = 1
+CALIBRATION_SCHEMA_VERSION = 2  # 2 added `uncertainty`; version-1 files load without it
+READABLE_SCHEMA_VERSIONS = (1, 2)
 # The constants fitted, with physical bounds: efficiencies are fractions of a datasheet figure.
 FITTED: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.3, 0.95),
@@ -65,6 +68,10 @@ class Calibration(pydantic.BaseModel):
     entries: dict[str, dict[str, float]] = pydantic.Field(default_factory=dict)
     moe: dict[str, float] = pydantic.Field(default_factory=dict, description="MOE_FITTED constants, every GPU")
     report: dict[str, Any] = pydantic.Field(default_factory=dict)
+    uncertainty: Uncertainty | None = pydantic.Field(
+        None, description="held-out error quantiles and support (optlayout.runs.uncertainty); None: an older file"
+    )
+    _heldout: list[HeldOut] = pydantic.PrivateAttr(default_factory=list)  # the rows `uncertainty` came from
 
     def params_for(self, gpu: str, precision: str) -> CostParams:
         values = self.entries.get(calibration_key(gpu, precision), self.default)
@@ -82,8 +89,9 @@ def load_calibration(path: str | Path) -> Calibration:
     path = Path(path)
     raw = CALIBRATION.yaml(path)
     version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if type(version) is not int or version != CALIBRATION_SCHEMA_VERSION:
-        raise InputError(f"calibration: {path} is not a version-{CALIBRATION_SCHEMA_VERSION} calibration file")
+    if type(version) is not int or version not in READABLE_SCHEMA_VERSIONS:
+        versions = " or ".join(f"version-{v}" for v in READABLE_SCHEMA_VERSIONS)
+        raise InputError(f"calibration: {path} is not a {versions} calibration file")
     try:
         calibration = Calibration.model_validate(raw)
     except pydantic.ValidationError as exc:
@@ -292,8 +300,9 @@ def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable
             "per_gpu_precision_median_signed_error": {k: median(v) for k, v in sorted(by_key.items())},
         }
 
+    rows = heldout_rows(cases, cv, cv_gpu)
     names = list(FITTED)
-    return Calibration(
+    calibration = Calibration(
         fitted_on=fitted_on,
         fitted=names,
         default={n: round(getattr(g, n), 6) for n in names},
@@ -306,7 +315,22 @@ def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable
             "cross_validated_by_gpu": table(cv_gpu),
             "in_sample": table(insample),
         },
+        uncertainty=build_uncertainty(rows).model_copy(update={"coverage": coverage(rows)}),
     )
+    calibration._heldout = rows
+    return calibration
+
+
+def heldout_rows(cases: Sequence[_Case], by_source: dict[int, float], by_gpu: dict[int, float]) -> list[HeldOut]:
+    """Each run's held-out log errors (its source left out; its GPU left out) and its regimes."""
+    rows = []
+    for c in cases:
+        rec = c.prediction.record
+        key = calibration_key(rec.cluster.gpu, rec.job.precision)
+        regimes = describe(rec.model, rec.job_spec(), c.prediction.layout, key, getattr(rec.job, "fp8_recipe", None))
+        rows.append(HeldOut(id=rec.id, source=rec.source, log_error=round(math.log1p(by_source[id(c)]), 6),
+                            log_error_gpu_out=round(math.log1p(by_gpu[id(c)]), 6), regimes=regimes))  # fmt: skip
+    return rows
 
 
 def calibrate_moe(

@@ -4,7 +4,9 @@ The order is what both the CP-SAT model and the oracle optimize: cluster through
 over all GPUs, so idle GPUs count against a layout), then the simpler layout, then a fixed field order,
 so the same input always gives the same answer. Under the goodput objective the throughput is multiplied
 by each layout's effective time fraction (`optlayout.conditions.goodput`) inside the candidate, before any order is
-taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ranks by goodput alike.
+taken, so every order below (rank key, CP-SAT coefficients, skyline, oracle) ranks by goodput alike. The robust
+objective multiplies it the same way by each layout's conservative factor
+(`optlayout.runs.uncertainty.LayoutUncertainty`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from optlayout.timings import PhaseClock
 
 if TYPE_CHECKING:
     from optlayout.conditions.goodput import GoodputModel, LayoutCheckpointing
+    from optlayout.runs.uncertainty import LayoutUncertainty
 
 _SHARDING_ORDER = {s: i for i, s in enumerate(Sharding)}
 _SHARDED_FIRST = {s: (s == Sharding.none, i) for i, s in enumerate(Sharding)}
@@ -57,6 +60,7 @@ class Candidate:
     evaluation: Evaluation
     context: tuple[ModelSpec, JobSpec, GpuSpec]
     checkpointing: LayoutCheckpointing | None = None
+    robust_factor: float = 1.0  # the robust objective's: the interval's low end over the prediction
 
     @cached_property
     def prediction(self) -> Prediction:
@@ -64,8 +68,9 @@ class Candidate:
 
     @cached_property
     def cluster_tokens_per_s(self) -> float:
-        """What the solver maximizes: tokens/s over all GPUs, x the effective time fraction under goodput."""
-        tokens = self.evaluation.tokens_per_s_per_gpu * self.layout.gpus
+        """What the solver maximizes: tokens/s over all GPUs, x the effective time fraction under goodput, x the
+        conservative factor under the robust objective."""
+        tokens = self.evaluation.tokens_per_s_per_gpu * self.layout.gpus * self.robust_factor
         return tokens if self.checkpointing is None else tokens * self.checkpointing.effective_time_fraction
 
 
@@ -158,9 +163,13 @@ class CostTable:
         topology: LinkSource,
         params: CostParams = DEFAULT_PARAMS,
         goodput: GoodputModel | None = None,
+        robust: LayoutUncertainty | None = None,
     ) -> None:
         self.model, self.job, self.gpu, self.topology, self.params = model, job, gpu, topology, params
         self.goodput = goodput  # set: candidates carry their checkpointing and rank by goodput
+        self.robust = robust  # set: candidates rank by their conservative throughput
+        # the bounds below bound the cost model's throughput; the ranked one is at most this many times it
+        self.bound_factor = robust.max_factor if robust is not None else 1.0
         self._links: dict[tuple[int, ...], GroupLinks] = {}
         self._memo: dict[tuple[object, ...], object] = {}
         self.cost_s = 0.0  # seconds spent in the cost model so far
@@ -178,8 +187,9 @@ class CostTable:
         links = self.links(layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
         ckpt = self.goodput.estimate(layout) if self.goodput is not None else None
+        factor = self.robust.factor(layout) if self.robust is not None else 1.0
         self.cost_s += time.perf_counter() - started
-        return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt)
+        return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt, factor)
 
     def memory(self, layout: Layout) -> MemoryBreakdown:
         """The memory per GPU of `layout` alone, the same `evaluate` finds (a diagnosis needs no step time)."""
@@ -216,6 +226,13 @@ class CostTable:
         cheapest = group.cheapest_variant()
         return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
+    def group_factor(self, group: LayoutGroup) -> float:
+        """The largest robust factor of the group's layouts: it depends on their degrees and sharding only."""
+        if self.robust is None:
+            return 1.0
+        recompute, sp = next(group.variants())
+        return max(self.robust.factor(group.layout(s, recompute, sp)) for s in group.shardings)
+
     def evaluated_candidates(
         self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None, clock: PhaseClock | None = None
     ) -> tuple[list[Candidate], int]:
@@ -231,7 +248,8 @@ class CostTable:
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
-        stage alone overflows memory (`memory_floor_bytes`) is not evaluated. Returns the evaluated candidates
+        stage alone overflows memory (`memory_floor_bytes`) is not evaluated. Under the robust objective each bound is
+        scaled by the largest factor it covers (`bound_factor`, `group_factor`). Returns the evaluated candidates
         (some may not fit) and the number of legal layouts. `clock` gets the time spent walking the space
         (enumeration), in the cost model (cost_tables) and the rest (reductions)."""
         started = time.perf_counter()
@@ -250,9 +268,14 @@ class CostTable:
         capacity_bytes = limits.memory_capacity_bytes
         cap_mib = capacity_mib(capacity_bytes)  # the same clamp passes_limits and the CP-SAT model use
         for bound, group in ordered:
-            threshold = kth.value() - margin  # fixed for the group: it only rises, so an older one is safe
+            # fixed for the group: it only rises, so an older one is safe; in the bounds' units (`bound_factor`)
+            threshold = kth.value() / self.bound_factor - margin
             if bound < threshold:
                 break  # every remaining group is bounded below the k-th best: none can enter the top k
+            if self.robust is not None:  # the group's own largest factor bounds its layouts tighter
+                threshold = (kth.value() - margin * self.bound_factor) / self.group_factor(group)
+                if bound < threshold:
+                    continue
             state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
             unrecomputed: dict[bool, float] = {}  # per sequence parallelism: the evaluated recompute=none bound
             for recompute, sp in group.variants():  # recompute=none first

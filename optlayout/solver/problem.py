@@ -20,11 +20,13 @@ from optlayout.topology import Topology
 
 if TYPE_CHECKING:
     from optlayout.conditions.goodput import GoodputModel
+    from optlayout.runs.uncertainty import LayoutUncertainty
 
 
 @dataclass
 class Problem:
-    """What is searched. With `goodput`, candidates rank by goodput (see `optlayout.solver.candidates`)."""
+    """What is searched. With `goodput`, candidates rank by goodput; with `robust`, by their conservative
+    throughput (see `optlayout.solver.candidates`)."""
 
     model: ModelSpec
     job: JobSpec
@@ -32,6 +34,7 @@ class Problem:
     params: CostParams = DEFAULT_PARAMS
     options: SpaceOptions = field(default_factory=SpaceOptions)
     goodput: GoodputModel | None = None
+    robust: LayoutUncertainty | None = None
 
     def __post_init__(self) -> None:
         problems = job_problems(self.model, self.job)
@@ -40,7 +43,8 @@ class Problem:
 
     @cached_property
     def table(self) -> CostTable:
-        return CostTable(self.model, self.job, self.topology.gpu, self.topology, self.params, self.goodput)
+        return CostTable(self.model, self.job, self.topology.gpu, self.topology, self.params, self.goodput,
+                         self.robust)  # fmt: skip
 
     @property
     def capacity_bytes(self) -> float:
