@@ -96,7 +96,7 @@ class GroupRanking:
             ok = state_ok.get(key)
             if ok is None:
                 ok = state_ok[key] = table.state_fits(lay, cap_bytes)
-            return ok and memory_mib(table.memory(lay).total_bytes) <= cap_mib
+            return ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
 
         feasible: set[tuple[object, ...]] = set()
         bounded_groups: list[tuple[float, int, list[Layout]]] = []

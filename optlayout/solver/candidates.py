@@ -30,7 +30,13 @@ from optlayout.cost import (
     group_links,
 )
 from optlayout.cost.comm import LinkSource
-from optlayout.cost.memory import memory_floor_bytes, memory_per_gpu, stage_params_per_stage, stage_state_bytes
+from optlayout.cost.memory import (
+    memory_floor_bytes,
+    memory_per_gpu,
+    memory_total_bytes,
+    stage_params_per_stage,
+    stage_state_bytes,
+)
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
@@ -187,6 +193,13 @@ class CostTable:
         memory = memory_per_gpu(self.model, self.job, layout, self.params, self._memo)
         self.cost_s += time.perf_counter() - started
         return memory
+
+    def memory_bytes(self, layout: Layout) -> float:
+        """`memory(layout).total_bytes`, without the breakdown (a count of the layouts that fit needs no more)."""
+        started = time.perf_counter()
+        total = memory_total_bytes(self.model, self.job, layout, self.params, self._memo)
+        self.cost_s += time.perf_counter() - started
+        return total
 
     def times(self, layout: Layout) -> TimeBreakdown:
         """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
