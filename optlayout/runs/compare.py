@@ -33,7 +33,7 @@ from optlayout.solver.candidates import (
 from optlayout.solver.oracle import rank_problem
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import LayoutGroup, enumerate_groups
-from optlayout.specs import Layout, Sharding
+from optlayout.specs import Layout, Recompute, Sharding
 from optlayout.topology import topology_from_cluster
 
 ParamsFor = Callable[[str, str], CostParams]
@@ -98,25 +98,27 @@ class GroupRanking:
                 ok = state_ok[key] = table.state_fits(lay, cap_bytes)
             return ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
 
+        # distinct layouts as layout_identity tells them apart: by all but the accumulation, which is a degree
         feasible: set[tuple[object, ...]] = set()
-        bounded_groups: list[tuple[float, int, list[Layout]]] = []
+        bounded_groups: list[tuple[float, int, LayoutGroup, list[Choice]]] = []
         for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                                    walk_all)):  # fmt: skip
             if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
                 continue
-            fitting = _fitting_layouts(group, fits)
+            fitting = _fitting_choices(group, fits)
             if fitting:
-                feasible.update(layout_identity(lay) for lay in fitting)
-                bounded_groups.append((table.throughput_bound(group), i, fitting))
+                degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
+                feasible.update((degrees, choice) for choice in fitting)
+                bounded_groups.append((table.throughput_bound(group), i, group, fitting))
         bounded_groups.sort(key=lambda entry: (-entry[0], entry[1]))
         margin = 2.0 * (bounded_groups[0][0] if bounded_groups else 0.0) / THROUGHPUT_RESOLUTION
         best = -math.inf
         evaluated: list[Candidate] = []
-        for bound, _, fitting in bounded_groups:
+        for bound, _, group, fitting in bounded_groups:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
-            for lay in fitting:
-                cand = table.candidate(lay)
+            for choice in fitting:
+                cand = table.candidate(group.layout(*choice))
                 if passes_limits(cand, limits):
                     evaluated.append(cand)
                     best = max(best, cand.cluster_tokens_per_s)
@@ -147,23 +149,52 @@ def _batch_ok(group: LayoutGroup, lo: int | None, hi: int | None) -> bool:
     return (lo is None or batch >= lo) and (hi is None or batch <= hi)
 
 
-def _fitting_layouts(group: LayoutGroup, fits: Callable[[Layout], bool]) -> list[Layout]:
-    """The group's layouts that fit; along `_STATE_CHAIN` a variant fits from its first fitting sharding on, found
-    by bisection."""
-    out: list[Layout] = []
-    chain = [s for s in _STATE_CHAIN if s in group.shardings]
-    others = [s for s in group.shardings if s not in _STATE_CHAIN]
-    for recompute, sp in group.variants():
-        lo, hi = 0, len(chain)  # the first fitting index of the chain lies in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if fits(group.layout(chain[mid], recompute, sp)):
-                hi = mid
-            else:
-                lo = mid + 1
-        out += [group.layout(s, recompute, sp) for s in chain[lo:]]
-        out += [lay for lay in (group.layout(s, recompute, sp) for s in others) if fits(lay)]
-    return out
+Variant = tuple[Recompute, bool]  # (recomputation, sequence parallelism)
+Choice = tuple[Sharding, Recompute, bool]  # what a layout of a group adds to its degrees
+
+
+def holds_no_less(a: Variant, b: Variant) -> bool:
+    """Whether variant `a` of a layout needs at least variant `b`'s memory, at every sharding and degrees: selective
+    recomputation only drops the attention core's saved tensors (`attention_activation_bytes`), sequence
+    parallelism only divides the replicated activations, the embedding output and full recomputation's kept
+    inputs over tp, and the state does not depend on either; full recomputation keeps less per layer but re-runs a
+    whole one, so it is compared only with itself."""
+    (ra, sa), (rb, sb) = a, b
+    return (ra == rb or (ra, rb) == (Recompute.none, Recompute.selective)) and (sb or not sa)
+
+
+def _class_position(v: Variant, variants: list[Variant]) -> int:
+    """0 for the first variant of v's recomputation class (full or not), 1 for its last, 2 for the others."""
+    kin = [w for w in variants if (w[0] == Recompute.full) == (v[0] == Recompute.full)]
+    return 0 if v == kin[0] else 1 if v == kin[-1] else 2
+
+
+def _fitting_choices(group: LayoutGroup, fits: Callable[[Layout], bool]) -> list[Choice]:
+    """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along `_STATE_CHAIN`
+    (and FSDP, a chain of its own) a variant fits from its first fitting sharding on, found by bisection between
+    the first fitting shardings of the variants found so far that hold no less than it (it fits wherever they
+    fit) and no more (it cannot fit before them); the variants are taken the most-memory one first, then the
+    least, so both ends bound the others."""
+    variants = list(group.variants())
+    # per recomputation class (full or not): its first variant (the most memory), its last (the least), the rest
+    probes = sorted(variants, key=lambda v: (v[0] == Recompute.full, _class_position(v, variants)))
+    shardings = group.shardings
+    chains = [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
+    firsts: list[dict[Variant, int]] = []
+    for chain in chains:
+        first: dict[Variant, int] = {}
+        for v in probes:
+            lo = max((f for w, f in first.items() if holds_no_less(v, w)), default=0)  # it fits wherever v fits
+            hi = min((f for w, f in first.items() if holds_no_less(w, v)), default=len(chain))
+            while lo < hi:  # the first fitting index of the chain lies in [lo, hi]
+                mid = (lo + hi) // 2
+                if fits(group.layout(chain[mid], *v)):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            first[v] = lo
+        firsts.append(first)
+    return [(s, *v) for v in variants for chain, first in zip(chains, firsts, strict=True) for s in chain[first[v] :]]
 
 
 def compare_runs(
