@@ -26,7 +26,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
-from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kinds
+from optlayout.layout.stages import ChunkKinds, rank_chunk_kinds, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 # what the in-flight activations per stage depend on: the whole layout but its sharding
@@ -283,9 +283,15 @@ def _fullest_stage(
         widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
                      for k in set(model.layer_kinds))  # fmt: skip
         buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+    skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+    states: list[tuple[float, float, float]] | None = memo.get(skey) if memo is not None else None
+    if states is None:
+        states = [stage_state_bytes(per_stage[stage], job, layout) for stage, _ in stage_acts]
+        if memo is not None:
+            memo[skey] = states
     best: tuple[float, int, tuple[float, float, float], float, float] | None = None
-    for stage, acts in stage_acts:
-        state = stage_state_bytes(per_stage[stage], job, layout)
+    for (stage, acts), state in zip(stage_acts, states, strict=True):
         total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes
         if best is None or total > best[0]:
             best = (total, stage, state, acts, buffers)
@@ -295,18 +301,21 @@ def _fullest_stage(
 
 def _split_stages(
     model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
-) -> tuple[list[int], list[int]]:
-    """(layers per stage, the stages that can be the fullest) of the layout's stage split, through the memo.
+) -> tuple[list[int], list[tuple[int, ChunkKinds[LayerKind]]]]:
+    """(layers per stage, [(stage, its chunks' layer kinds)] for the stages that can be the fullest) of the layout's
+    stage split, through the memo.
 
     Those stages are the first, the last, and among the middle stages the first of each distinct content (chunks
     of the same layer kinds hold the same bytes and the same parameters; in-flight micro-batches fall with the
     stage index, so a later stage holding the same holds no more)."""
     key = ("split_stages", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
-    found: tuple[list[int], list[int]] | None = memo.get(key) if memo is not None else None
+    found: tuple[list[int], list[tuple[int, ChunkKinds[LayerKind]]]] | None = None
+    if memo is not None:
+        found = memo.get(key)
     if found is None:
         ranks = rank_chunk_kinds(model.layer_kinds, layout)
         counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
-        found = counts, _candidate_fullest_stages(ranks)
+        found = counts, [(stage, ranks[stage]) for stage in _candidate_fullest_stages(ranks)]
         if memo is not None:
             memo[key] = found
     return found
@@ -321,7 +330,6 @@ def _stage_activations(
     found: list[tuple[int, float]] | None = memo.get(key) if memo is not None else None
     if found is not None:
         return found
-    ranks = rank_chunk_kinds(model.layer_kinds, layout)
     per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
     tokens = job.seq_len * layout.micro_batch / layout.cp
     sp_div = layout.tp if layout.sequence_parallel else 1
@@ -329,11 +337,11 @@ def _stage_activations(
     # full recomputation re-runs one layer at a time in the backward: its whole activations live at the peak
     recomputing = 0.0
     if layout.recompute == Recompute.full:
-        whole = layout.model_copy(update={"recompute": Recompute.none})
-        recomputing = max(activation_bytes_per_layer(model, job, whole, k, params) for k in set(model.layer_kinds))
+        whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none)
+        recomputing = max(whole[k] for k in set(model.layer_kinds))
     stage_acts: list[tuple[int, float]] = []
-    for stage in _split_stages(model, layout, memo)[1]:
-        chunk_bytes = [sum(n * per_kind[k] for k, n in chunk) for chunk in ranks[stage]]
+    for stage, chunks in _split_stages(model, layout, memo)[1]:
+        chunk_bytes = [sum(n * per_kind[k] for k, n in chunk) for chunk in chunks]
         if model.mtp_layers and stage == last:  # the MTP modules run after the last layer, in its last chunk
             chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
         acts, first_chunk = inflight_bytes(layout, chunk_bytes, stage)
@@ -350,13 +358,22 @@ def _stage_activations(
 
 
 def _per_kind_activation_bytes(
-    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+    recompute: Recompute | None = None,
 ) -> dict[LayerKind, float]:
-    """`activation_bytes_per_layer` of every layer kind of the model (the MTP block's too), through the memo."""
+    """`activation_bytes_per_layer` of every layer kind of the model (the MTP block's too), through the memo; with
+    `recompute`, of the layout recomputing so instead."""
+    recompute = layout.recompute if recompute is None else recompute
     akey = ("act", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
-            layout.recompute)  # fmt: skip
+            recompute)  # fmt: skip
     per_kind: dict[LayerKind, float] | None = memo.get(akey) if memo is not None else None
     if per_kind is None:
+        if recompute != layout.recompute:
+            layout = layout.model_copy(update={"recompute": recompute})
         kinds = {*model.layer_kinds, mtp_kind(model)}
         per_kind = {k: activation_bytes_per_layer(model, job, layout, k, params) for k in kinds}
         if memo is not None:
