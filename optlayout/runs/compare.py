@@ -7,6 +7,7 @@ tokens/s/GPU, so sources that count FLOPs differently are compared on throughput
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -163,37 +164,47 @@ def holds_no_less(a: Variant, b: Variant) -> bool:
     return (ra == rb or (ra, rb) == (Recompute.none, Recompute.selective)) and (sb or not sa)
 
 
-def _class_position(v: Variant, variants: list[Variant]) -> int:
-    """0 for the first variant of v's recomputation class (full or not), 1 for its last, 2 for the others."""
-    kin = [w for w in variants if (w[0] == Recompute.full) == (v[0] == Recompute.full)]
-    return 0 if v == kin[0] else 1 if v == kin[-1] else 2
+@functools.lru_cache(maxsize=64)
+def _probe_plan(variants: tuple[Variant, ...]) -> tuple[tuple[Variant, tuple[int, ...], tuple[int, ...]], ...]:
+    """The order the count probes a group's variants in: per recomputation class (full or not) its first variant
+    (the most memory), its last (the least), then the others; with each, the earlier probes it holds no less than
+    and those holding no less than it."""
+
+    def position(v: Variant) -> tuple[bool, int]:
+        kin = [w for w in variants if (w[0] == Recompute.full) == (v[0] == Recompute.full)]
+        return v[0] == Recompute.full, 0 if v == kin[0] else 1 if v == kin[-1] else 2
+
+    probes = sorted(variants, key=position)
+    return tuple(
+        (v, tuple(j for j, w in enumerate(probes[:i]) if holds_no_less(v, w)),
+         tuple(j for j, w in enumerate(probes[:i]) if holds_no_less(w, v)))
+        for i, v in enumerate(probes)
+    )  # fmt: skip
 
 
 def _fitting_choices(group: LayoutGroup, fits: Callable[[Layout], bool]) -> list[Choice]:
     """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along `_STATE_CHAIN`
     (and FSDP, a chain of its own) a variant fits from its first fitting sharding on, found by bisection between
-    the first fitting shardings of the variants found so far that hold no less than it (it fits wherever they
-    fit) and no more (it cannot fit before them); the variants are taken the most-memory one first, then the
-    least, so both ends bound the others."""
-    variants = list(group.variants())
-    # per recomputation class (full or not): its first variant (the most memory), its last (the least), the rest
-    probes = sorted(variants, key=lambda v: (v[0] == Recompute.full, _class_position(v, variants)))
+    the first fitting shardings of the variants probed before it that hold no less than it (it fits wherever they
+    fit) and no more (it cannot fit before them), in `_probe_plan`'s order."""
+    variants = tuple(group.variants())
+    plan = _probe_plan(variants)
     shardings = group.shardings
     chains = [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
     firsts: list[dict[Variant, int]] = []
     for chain in chains:
-        first: dict[Variant, int] = {}
-        for v in probes:
-            lo = max((f for w, f in first.items() if holds_no_less(v, w)), default=0)  # it fits wherever v fits
-            hi = min((f for w, f in first.items() if holds_no_less(w, v)), default=len(chain))
+        found: list[int] = []
+        for v, below, above in plan:
+            lo = max((found[j] for j in below), default=0)  # it fits wherever v fits
+            hi = min((found[j] for j in above), default=len(chain))
             while lo < hi:  # the first fitting index of the chain lies in [lo, hi]
                 mid = (lo + hi) // 2
                 if fits(group.layout(chain[mid], *v)):
                     hi = mid
                 else:
                     lo = mid + 1
-            first[v] = lo
-        firsts.append(first)
+            found.append(lo)
+        firsts.append({v: f for (v, _, _), f in zip(plan, found, strict=True)})
     return [(s, *v) for v in variants for chain, first in zip(chains, firsts, strict=True) for s in chain[first[v] :]]
 
 
