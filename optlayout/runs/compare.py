@@ -28,6 +28,7 @@ from optlayout.solver.candidates import (
     layout_identity,
     memory_mib,
     passes_limits,
+    peek,
     rank_key,
     throughput_scale,
 )
@@ -78,12 +79,13 @@ class GroupRanking:
         tokens/s), without the step time of the layouts that cannot reach it nor the best.
 
         Every layout's memory is found (the count is of all feasible layouts), the exact memory only where the
-        state alone fits and, along the sharding chain none, ZeRO-1, ZeRO-2 (memory never rises along it), only
-        to find where the variant starts to fit. Each group with a feasible layout is bounded once
-        (`CostTable.throughput_bound`); groups are evaluated best bound first until a bound falls below both the
-        floor and the best feasible layout found (less two objective units, the rank key's rounding). So the
-        best, the count, and the position and throughput of every layout at or above the floor are exact; the
-        positions below it are left out, and so are the throughputs of layouts below the floor."""
+        state alone fits and, along the sharding chain none, ZeRO-1, ZeRO-2 (memory never rises along it) and
+        between variants `holds_no_less` orders, only to find where a variant starts to fit. The groups with a
+        feasible layout are taken best bound first (`CostTable.best_first`: a node's bound, then its groups'
+        `throughput_bound`) and evaluated until a bound falls below both the floor and the best feasible layout
+        found (less two objective units, the rank key's rounding). So the best, the count, and the position and
+        throughput of every layout at or above the floor are exact; the positions below it are left out, and so
+        are the throughputs of layouts below the floor."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -101,7 +103,8 @@ class GroupRanking:
 
         # distinct layouts as layout_identity tells them apart: by all but the accumulation, which is a degree
         feasible: set[tuple[object, ...]] = set()
-        bounded_groups: list[tuple[float, int, LayoutGroup, list[Choice]]] = []
+        fitting_groups: list[LayoutGroup] = []
+        found: dict[int, tuple[int, list[Choice]]] = {}  # by id of the group: its index, its fitting choices
         for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                                    walk_all)):  # fmt: skip
             if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
@@ -110,22 +113,26 @@ class GroupRanking:
             if fitting:
                 degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
                 feasible.update((degrees, choice) for choice in fitting)
-                bounded_groups.append((table.throughput_bound(group), i, group, fitting))
-        bounded_groups.sort(key=lambda entry: (-entry[0], entry[1]))
-        margin = 2.0 * (bounded_groups[0][0] if bounded_groups else 0.0) / THROUGHPUT_RESOLUTION
+                fitting_groups.append(group)
+                found[id(group)] = i, fitting
+        # best bound first, a node's groups bounded only once the node leads (`CostTable.best_first`)
+        first_bound, ordered = peek(table.best_first(fitting_groups))
+        margin = 2.0 * first_bound / THROUGHPUT_RESOLUTION  # the first bound is at least the best
         best = -math.inf
-        evaluated: list[Candidate] = []
-        for bound, _, group, fitting in bounded_groups:
+        evaluated: list[tuple[int, Candidate]] = []
+        for bound, group in ordered:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
+            i, fitting = found[id(group)]
             for choice in fitting:
                 cand = table.candidate(group.layout(*choice))
                 if passes_limits(cand, limits):
-                    evaluated.append(cand)
+                    evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
-        scale = throughput_scale(evaluated)
+        scale = throughput_scale([cand for _, cand in evaluated])
         ranking: dict[tuple[object, ...], Candidate] = {}
-        for cand in sorted(evaluated, key=lambda c: rank_key(c, scale)):
+        # ties in the rank key go by the order of the space, as in the exhaustive ranking
+        for _, cand in sorted(evaluated, key=lambda ic: (rank_key(ic[1], scale), ic[0])):
             ranking.setdefault(layout_identity(cand.layout), cand)
         ranked = list(ranking.values())
         full = cls.of(ranked)

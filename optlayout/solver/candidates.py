@@ -252,9 +252,9 @@ class CostTable:
         groups = list(groups)
         enumerating_s = time.perf_counter() - started
         seen = sum(len(g) for g in groups)
-        ordered = self._best_first(groups) if k is not None else ((math.inf, g) for g in groups)
+        ordered = self.best_first(groups) if k is not None else ((math.inf, g) for g in groups)
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
-        first_bound, ordered = _peek(ordered)
+        first_bound, ordered = peek(ordered)
         margin = 2.0 * (first_bound if k is not None else 0.0) / THROUGHPUT_RESOLUTION
         kth = _KthBest(k)
         state_ok: dict[tuple[object, ...], bool] = {}
@@ -332,7 +332,7 @@ class CostTable:
         most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in members)
         return cheapest.micro_batch * self.job.seq_len * most / whole
 
-    def _best_first(self, groups: list[LayoutGroup]) -> Iterator[tuple[float, LayoutGroup]]:
+    def best_first(self, groups: list[LayoutGroup]) -> Iterator[tuple[float, LayoutGroup]]:
         """Groups in decreasing `throughput_bound`, bounding a node's groups only once the node's bound leads."""
         nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
         for g in groups:
@@ -353,7 +353,7 @@ class CostTable:
                 yield -priority, entry
 
 
-def _peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
+def peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
     """The first item's bound (0 when empty), and the items again."""
     it = iter(items)
     first = next(it, None)
