@@ -104,12 +104,13 @@ class GroupRanking:
         # distinct layouts as layout_identity tells them apart: by all but the accumulation, which is a degree
         feasible: set[tuple[object, ...]] = set()
         fitting_groups: list[LayoutGroup] = []
+        guesses: dict[tuple[object, ...], int] = {}
         found: dict[int, tuple[int, list[Choice]]] = {}  # by id of the group: its index, its fitting choices
         for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                                    walk_all)):  # fmt: skip
             if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
                 continue
-            fitting = _fitting_choices(group, fits)
+            fitting = _fitting_choices(group, fits, guesses)
             if fitting:
                 degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
                 feasible.update((degrees, choice) for choice in fitting)
@@ -189,21 +190,33 @@ def _probe_plan(variants: tuple[Variant, ...]) -> tuple[tuple[Variant, tuple[int
     )  # fmt: skip
 
 
-def _fitting_choices(group: LayoutGroup, fits: Callable[[Layout], bool]) -> list[Choice]:
+def _fitting_choices(
+    group: LayoutGroup, fits: Callable[[Layout], bool], guesses: dict[tuple[object, ...], int]
+) -> list[Choice]:
     """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along `_STATE_CHAIN`
     (and FSDP, a chain of its own) a variant fits from its first fitting sharding on, found by bisection between
     the first fitting shardings of the variants probed before it that hold no less than it (it fits wherever they
-    fit) and no more (it cannot fit before them), in `_probe_plan`'s order."""
+    fit) and no more (it cannot fit before them), in `_probe_plan`'s order. `guesses` (shared by the groups of one
+    space) keeps the last first fitting index of each probe, which is tried first: neighbouring groups mostly
+    agree, and a right guess at either end takes one probe."""
     variants = tuple(group.variants())
     plan = _probe_plan(variants)
     shardings = group.shardings
     chains = [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
     firsts: list[dict[Variant, int]] = []
-    for chain in chains:
+    for c, chain in enumerate(chains):
         found: list[int] = []
-        for v, below, above in plan:
+        for p, (v, below, above) in enumerate(plan):
             lo = max((found[j] for j in below), default=0)  # it fits wherever v fits
             hi = min((found[j] for j in above), default=len(chain))
+            key = (variants, c, len(chain), p)
+            guess = guesses.get(key)
+            if guess is not None and lo < hi:  # the guessed first fitting index, or the last one if it is none
+                probe = min(max(guess, lo), hi - 1)
+                if fits(group.layout(chain[probe], *v)):
+                    hi = probe
+                else:
+                    lo = probe + 1
             while lo < hi:  # the first fitting index of the chain lies in [lo, hi]
                 mid = (lo + hi) // 2
                 if fits(group.layout(chain[mid], *v)):
@@ -211,6 +224,7 @@ def _fitting_choices(group: LayoutGroup, fits: Callable[[Layout], bool]) -> list
                 else:
                     lo = mid + 1
             found.append(lo)
+            guesses[key] = lo
         firsts.append({v: f for (v, _, _), f in zip(plan, found, strict=True)})
     return [(s, *v) for v in variants for chain, first in zip(chains, firsts, strict=True) for s in chain[first[v] :]]
 
