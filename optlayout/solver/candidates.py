@@ -244,8 +244,9 @@ class CostTable:
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
-        stage alone overflows memory (`memory_floor_bytes`) is not evaluated. Returns the evaluated candidates
-        (some may not fit) and the number of legal layouts. `clock` gets the time spent walking the space
+        stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time. Returns the
+        evaluated candidates (all fit memory; some may miss the batch or bubble limits) and the number of legal
+        layouts. `clock` gets the time spent walking the space
         (enumeration), in the cost model (cost_tables) and the rest (reductions)."""
         started = time.perf_counter()
         cost_before_s = self.cost_s
@@ -301,13 +302,11 @@ class CostTable:
                     if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                         continue
                     floor_mib = memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo))
-                    if floor_mib > cap_mib:
+                    if floor_mib > cap_mib or memory_mib(self.memory_bytes(lay)) > cap_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
-                        continue  # its first stage alone overflows: it cannot fit
+                        continue  # it cannot fit (its first stage alone, or the fullest): no step time
                     cand = self.candidate(lay)
-                    if memory_mib(cand.evaluation.memory_per_gpu_bytes) > cap_mib:
-                        overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
-                    elif passes_limits(cand, limits):
+                    if passes_limits(cand, limits):
                         kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
                     out.append(cand)
                     variant_tps = variant_bound(lay, cand.evaluation.times, self.job.seq_len)
