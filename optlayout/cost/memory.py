@@ -301,7 +301,7 @@ def _fullest_stage(
 
 def _split_stages(
     model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
-) -> tuple[list[int], list[tuple[int, ChunkKinds[LayerKind]]]]:
+) -> tuple[list[int], list[tuple[int, tuple[ChunkKinds[LayerKind], ...]]]]:
     """(layers per stage, [(stage, its chunks' layer kinds)] for the stages that can be the fullest) of the layout's
     stage split, through the memo.
 
@@ -309,7 +309,7 @@ def _split_stages(
     of the same layer kinds hold the same bytes and the same parameters; in-flight micro-batches fall with the
     stage index, so a later stage holding the same holds no more)."""
     key = ("split_stages", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
-    found: tuple[list[int], list[tuple[int, ChunkKinds[LayerKind]]]] | None = None
+    found: tuple[list[int], list[tuple[int, tuple[ChunkKinds[LayerKind], ...]]]] | None = None
     if memo is not None:
         found = memo.get(key)
     if found is None:
