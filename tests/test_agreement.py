@@ -9,14 +9,18 @@ from pathlib import Path
 import pytest
 
 from optlayout.cost import DEFAULT_PARAMS
+from optlayout.presets import model_preset
 from optlayout.runs.agreement import recipe_agreement
 from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
-from optlayout.runs.compare import GroupRanking, compare_runs, ranking_problem
+from optlayout.runs.compare import _STATE_CHAIN, GroupRanking, compare_runs, holds_no_less, ranking_problem
 from optlayout.runs.predict import predict_run, run_job
 from optlayout.runs.records import read_runs
 from optlayout.runs.uncertainty import LayoutUncertainty
-from optlayout.solver.candidates import layout_identity
+from optlayout.solver.candidates import CostTable, layout_identity, memory_mib
 from optlayout.solver.oracle import rank_problem
+from optlayout.solver.space import SpaceOptions, enumerate_groups
+from optlayout.specs import ClusterSpec, JobSpec
+from optlayout.topology import topology_from_cluster
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"
 # every fixture run, and one over memory (ranked by its throughput, as `compare` ranks it)
@@ -80,3 +84,32 @@ def test_the_robust_rank_equals_the_oracles_under_the_robust_objective(record) -
     agreement = recipe_agreement(record, DEFAULT_PARAMS, robust=uncertainty)
     assert agreement.rank == rank
     assert agreement.best.layout == ranking[0].layout
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "job"),
+    [
+        ("llama3.1-8b", 16, JobSpec(seq_len=4096, global_batch=64)),
+        ("llama3.1-8b", 8, JobSpec(seq_len=2048, global_batch=32, attention_kernel="naive", dropout=True)),
+        ("qwen3-30b-a3b", 16, JobSpec(seq_len=4096, global_batch=64, precision="fp8")),
+    ],
+)
+def test_the_counts_memory_order_holds_for_every_layout(model, gpus, job) -> None:
+    """What the count's bisection takes for granted, checked on whole spaces: memory never rises along the sharding
+    chain none, ZeRO-1, ZeRO-2, nor from a variant to one `holds_no_less` puts below it."""
+    spec = model_preset(model)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=gpus))
+    table = CostTable(spec, job, topo.gpu, topo, DEFAULT_PARAMS)
+    pairs = 0
+    for group in enumerate_groups(spec, job, gpus, topo.domain_size, SpaceOptions(all_grad_accum=True)):
+        mib = {(s, *v): memory_mib(table.memory_bytes(group.layout(s, *v))) for s in group.shardings
+               for v in group.variants()}  # fmt: skip
+        for (s, *v), m in mib.items():
+            chain = [c for c in _STATE_CHAIN if c in group.shardings]
+            if s in chain:
+                assert all(mib[(c, *v)] <= m for c in chain[chain.index(s) :])
+            for w in group.variants():
+                if w != tuple(v) and holds_no_less(tuple(v), w):
+                    pairs += 1
+                    assert mib[(s, *w)] <= m, (group.layout(s, *v).short(), w)
+    assert pairs > 1000

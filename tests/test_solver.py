@@ -14,7 +14,7 @@ from optlayout.errors import OptlayoutError
 from optlayout.layout import layout_problems
 from optlayout.planning import solve
 from optlayout.runs.uncertainty import LayoutUncertainty, Quantiles, Support, Uncertainty
-from optlayout.solver.candidates import CostTable, variant_bound
+from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, variant_bound
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
 from optlayout.solver.space import SpaceOptions, enumerate_groups
@@ -90,6 +90,11 @@ def test_solver_top_k_equals_oracle(problem, robust) -> None:
         assert layout_problems(model, job, planned.layout, topo.num_gpus) == []
         assert planned.prediction.fits
         assert passes_limits(table.candidate(planned.layout), limits)
+    # the evaluated candidates: only layouts that fit memory get a step time, and the top k are among them
+    groups = enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options)
+    evaluated, _ = table.evaluated_candidates(groups, limits, k)
+    assert all(memory_mib(c.evaluation.memory_per_gpu_bytes) <= capacity_mib(capacity) for c in evaluated)
+    assert {c.layout for c in truth[:k]} <= {c.layout for c in evaluated}
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

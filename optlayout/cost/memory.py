@@ -26,7 +26,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
-from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kinds
+from optlayout.layout.stages import ChunkKinds, rank_chunk_kinds, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 # what the in-flight activations per stage depend on: the whole layout but its sharding
@@ -239,28 +239,11 @@ def memory_per_gpu(
     """Memory on the fullest pipeline stage, per GPU. `memo` (owned by the caller for one model, job and params)
     keeps the stage parameters, the per-layer activations and the in-flight activations per stage that layouts
     differing in sharding (or, for the first two, accumulation) share."""
-    kinds = set(model.layer_kinds)
+    _, stage, (weights, grads, optim), acts, buffers = _fullest_stage(model, job, layout, params, memo)
     per_stage = stage_params_per_stage(model, layout, memo)
-    counts, stage_acts = _stage_activations(model, job, layout, params, memo)
-    buffers = 0.0
-    if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
-        # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
-        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
-                     for k in kinds)  # fmt: skip
-        buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
-    # the fullest stage by the same sum `MemoryBreakdown.total_bytes` takes, its breakdown built once
-    best: tuple[float, int, tuple[float, float, float], float] | None = None
-    for stage, acts in stage_acts:
-        state = stage_state_bytes(per_stage[stage], job, layout)
-        total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes
-        if best is None or total > best[0]:
-            best = (total, stage, state, acts)
-    assert best is not None
-    _, stage, (weights, grads, optim), acts = best
     return MemoryBreakdown(
         stage=stage,
-        layers_on_stage=counts[stage],
+        layers_on_stage=_split_stages(model, layout, memo)[0][stage],
         param_count_on_gpu=per_stage[stage].total,
         param_count_per_stage=tuple(p.total for p in per_stage),
         weights_bytes=weights,
@@ -274,18 +257,79 @@ def memory_per_gpu(
     )
 
 
+def memory_total_bytes(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> float:
+    """`memory_per_gpu(...).total_bytes`, the same sum in the same order, without building the breakdown (what a
+    count of the layouts that fit needs)."""
+    return _fullest_stage(model, job, layout, params, memo)[0]
+
+
+def _fullest_stage(
+    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+) -> tuple[float, int, tuple[float, float, float], float, float]:
+    """(total bytes, stage, its (weights, gradients, optimizer) bytes, its activation bytes, buffer bytes) of the
+    fullest stage, by the same sum `MemoryBreakdown.total_bytes` takes."""
+    per_stage = stage_params_per_stage(model, layout, memo)
+    stage_acts = _stage_activations(model, job, layout, params, memo)
+    buffers = 0.0
+    if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
+        # unsharded weights of the prefetched layers and their gradients before reduce-scatter
+        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
+        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
+                     for k in set(model.layer_kinds))  # fmt: skip
+        buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+    skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+    states: list[tuple[float, float, float]] | None = memo.get(skey) if memo is not None else None
+    if states is None:
+        states = [stage_state_bytes(per_stage[stage], job, layout) for stage, _ in stage_acts]
+        if memo is not None:
+            memo[skey] = states
+    best: tuple[float, int, tuple[float, float, float], float, float] | None = None
+    for (stage, acts), state in zip(stage_acts, states, strict=True):
+        total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes
+        if best is None or total > best[0]:
+            best = (total, stage, state, acts, buffers)
+    assert best is not None
+    return best
+
+
+def _split_stages(
+    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
+) -> tuple[list[int], list[tuple[int, tuple[ChunkKinds[LayerKind], ...]]]]:
+    """(layers per stage, [(stage, its chunks' layer kinds)] for the stages that can be the fullest) of the layout's
+    stage split, through the memo.
+
+    Those stages are the first, the last, and among the middle stages the first of each distinct content (chunks
+    of the same layer kinds hold the same bytes and the same parameters; in-flight micro-batches fall with the
+    stage index, so a later stage holding the same holds no more)."""
+    key = ("split_stages", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
+    found: tuple[list[int], list[tuple[int, tuple[ChunkKinds[LayerKind], ...]]]] | None = None
+    if memo is not None:
+        found = memo.get(key)
+    if found is None:
+        ranks = rank_chunk_kinds(model.layer_kinds, layout)
+        counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
+        found = counts, [(stage, ranks[stage]) for stage in _candidate_fullest_stages(ranks)]
+        if memo is not None:
+            memo[key] = found
+    return found
+
+
 def _stage_activations(
     model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
-) -> tuple[list[int], list[tuple[int, float]]]:
-    """(layers per stage, [(stage, activation bytes at its peak)] for the stages that can be the fullest): all but
-    the sharding of the layout decide them, so they go through the memo under a key without it."""
+) -> list[tuple[int, float]]:
+    """[(stage, activation bytes at its peak)] for the stages that can be the fullest: all but the sharding of the
+    layout decide them, so they go through the memo under a key without it."""
     key = ("stage_acts", *_all_but_sharding(layout))
-    found: tuple[list[int], list[tuple[int, float]]] | None = memo.get(key) if memo is not None else None
+    found: list[tuple[int, float]] | None = memo.get(key) if memo is not None else None
     if found is not None:
         return found
-    ranks = rank_chunk_kinds(model.layer_kinds, layout)
-    kinds = set(model.layer_kinds)
-    counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
     per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
     tokens = job.seq_len * layout.micro_batch / layout.cp
     sp_div = layout.tp if layout.sequence_parallel else 1
@@ -293,16 +337,14 @@ def _stage_activations(
     # full recomputation re-runs one layer at a time in the backward: its whole activations live at the peak
     recomputing = 0.0
     if layout.recompute == Recompute.full:
-        whole = layout.model_copy(update={"recompute": Recompute.none})
-        recomputing = max(activation_bytes_per_layer(model, job, whole, k, params) for k in kinds)
-    per_stage = stage_params_per_stage(model, layout, memo)
-    chunk_bytes = [[sum(n * per_kind[k] for k, n in chunk) for chunk in chunks] for chunks in ranks]
-    if model.mtp_layers:  # the MTP modules run after the last layer, in the last rank's last chunk
-        chunk_bytes[last][-1] += model.mtp_layers * per_kind[mtp_kind(model)]
-    signatures = [(tuple(c), per_stage[i]) for i, c in enumerate(chunk_bytes)]
+        whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none)
+        recomputing = max(whole[k] for k in set(model.layer_kinds))
     stage_acts: list[tuple[int, float]] = []
-    for stage in _candidate_fullest_stages(signatures):
-        acts, first_chunk = inflight_bytes(layout, chunk_bytes[stage], stage)
+    for stage, chunks in _split_stages(model, layout, memo)[1]:
+        chunk_bytes = [sum(n * per_kind[k] for k, n in chunk) for chunk in chunks]
+        if model.mtp_layers and stage == last:  # the MTP modules run after the last layer, in its last chunk
+            chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
+        acts, first_chunk = inflight_bytes(layout, chunk_bytes, stage)
         acts += recomputing
         if stage == 0:  # embedding output, held by the micro-batches in flight in the first model chunk
             acts += first_chunk * ACT_BYTES * tokens * model.hidden / sp_div
@@ -311,18 +353,27 @@ def _stage_activations(
             acts += (1 + model.mtp_layers) * params.logits_bytes_per_element * tokens * model.vocab / layout.tp
         stage_acts.append((stage, acts))
     if memo is not None:
-        memo[key] = (counts, stage_acts)
-    return counts, stage_acts
+        memo[key] = stage_acts
+    return stage_acts
 
 
 def _per_kind_activation_bytes(
-    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+    recompute: Recompute | None = None,
 ) -> dict[LayerKind, float]:
-    """`activation_bytes_per_layer` of every layer kind of the model (the MTP block's too), through the memo."""
+    """`activation_bytes_per_layer` of every layer kind of the model (the MTP block's too), through the memo; with
+    `recompute`, of the layout recomputing so instead."""
+    recompute = layout.recompute if recompute is None else recompute
     akey = ("act", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
-            layout.recompute)  # fmt: skip
+            recompute)  # fmt: skip
     per_kind: dict[LayerKind, float] | None = memo.get(akey) if memo is not None else None
     if per_kind is None:
+        if recompute != layout.recompute:
+            layout = layout.model_copy(update={"recompute": recompute})
         kinds = {*model.layer_kinds, mtp_kind(model)}
         per_kind = {k: activation_bytes_per_layer(model, job, layout, k, params) for k in kinds}
         if memo is not None:

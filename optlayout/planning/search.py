@@ -198,7 +198,7 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
     elif not result.ranked:
         if legal:  # the memory of every layout, to say how far the closest one is
             with clock.phase("cost_tables"):
-                least = min(problem.layouts(), key=lambda lay: problem.table.memory(lay).total_bytes)
+                least = min(problem.layouts(), key=problem.table.memory_bytes)
                 diagnosis = diagnose_no_fit(problem.table.candidate(least), problem.capacity_bytes, topo.num_gpus)
         else:
             diagnosis = diagnose_empty_space(problem.model, problem.job, topo.num_gpus, topo.domain_size,

@@ -7,6 +7,7 @@ tokens/s/GPU, so sources that count FLOPs differently are compared on throughput
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -27,13 +28,14 @@ from optlayout.solver.candidates import (
     layout_identity,
     memory_mib,
     passes_limits,
+    peek,
     rank_key,
     throughput_scale,
 )
 from optlayout.solver.oracle import rank_problem
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import LayoutGroup, enumerate_groups
-from optlayout.specs import Layout, Sharding
+from optlayout.specs import Layout, Recompute, Sharding
 from optlayout.topology import topology_from_cluster
 
 ParamsFor = Callable[[str, str], CostParams]
@@ -77,12 +79,13 @@ class GroupRanking:
         tokens/s), without the step time of the layouts that cannot reach it nor the best.
 
         Every layout's memory is found (the count is of all feasible layouts), the exact memory only where the
-        state alone fits and, along the sharding chain none, ZeRO-1, ZeRO-2 (memory never rises along it), only
-        to find where the variant starts to fit. Each group with a feasible layout is bounded once
-        (`CostTable.throughput_bound`); groups are evaluated best bound first until a bound falls below both the
-        floor and the best feasible layout found (less two objective units, the rank key's rounding). So the
-        best, the count, and the position and throughput of every layout at or above the floor are exact; the
-        positions below it are left out, and so are the throughputs of layouts below the floor."""
+        state alone fits and, along the sharding chain none, ZeRO-1, ZeRO-2 (memory never rises along it) and
+        between variants `holds_no_less` orders, only to find where a variant starts to fit. The groups with a
+        feasible layout are taken best bound first (`CostTable.best_first`: a node's bound, then its groups'
+        `throughput_bound`) and evaluated until a bound falls below both the floor and the best feasible layout
+        found (less two objective units, the rank key's rounding). So the best, the count, and the position and
+        throughput of every layout at or above the floor are exact; the positions below it are left out, and so
+        are the throughputs of layouts below the floor."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -96,33 +99,41 @@ class GroupRanking:
             ok = state_ok.get(key)
             if ok is None:
                 ok = state_ok[key] = table.state_fits(lay, cap_bytes)
-            return ok and memory_mib(table.memory(lay).total_bytes) <= cap_mib
+            return ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
 
+        # distinct layouts as layout_identity tells them apart: by all but the accumulation, which is a degree
         feasible: set[tuple[object, ...]] = set()
-        bounded_groups: list[tuple[float, int, list[Layout]]] = []
+        fitting_groups: list[LayoutGroup] = []
+        guesses: dict[tuple[object, ...], int] = {}
+        found: dict[int, tuple[int, list[Choice]]] = {}  # by id of the group: its index, its fitting choices
         for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                                    walk_all)):  # fmt: skip
             if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
                 continue
-            fitting = _fitting_layouts(group, fits)
+            fitting = _fitting_choices(group, fits, guesses)
             if fitting:
-                feasible.update(layout_identity(lay) for lay in fitting)
-                bounded_groups.append((table.throughput_bound(group), i, fitting))
-        bounded_groups.sort(key=lambda entry: (-entry[0], entry[1]))
-        margin = 2.0 * (bounded_groups[0][0] if bounded_groups else 0.0) / THROUGHPUT_RESOLUTION
+                degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
+                feasible.update((degrees, choice) for choice in fitting)
+                fitting_groups.append(group)
+                found[id(group)] = i, fitting
+        # best bound first, a node's groups bounded only once the node leads (`CostTable.best_first`)
+        first_bound, ordered = peek(table.best_first(fitting_groups))
+        margin = 2.0 * first_bound / THROUGHPUT_RESOLUTION  # the first bound is at least the best
         best = -math.inf
-        evaluated: list[Candidate] = []
-        for bound, _, fitting in bounded_groups:
+        evaluated: list[tuple[int, Candidate]] = []
+        for bound, group in ordered:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
-            for lay in fitting:
-                cand = table.candidate(lay)
+            i, fitting = found[id(group)]
+            for choice in fitting:
+                cand = table.candidate(group.layout(*choice))
                 if passes_limits(cand, limits):
-                    evaluated.append(cand)
+                    evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
-        scale = throughput_scale(evaluated)
+        scale = throughput_scale([cand for _, cand in evaluated])
         ranking: dict[tuple[object, ...], Candidate] = {}
-        for cand in sorted(evaluated, key=lambda c: rank_key(c, scale)):
+        # ties in the rank key go by the order of the space, as in the exhaustive ranking
+        for _, cand in sorted(evaluated, key=lambda ic: (rank_key(ic[1], scale), ic[0])):
             ranking.setdefault(layout_identity(cand.layout), cand)
         ranked = list(ranking.values())
         full = cls.of(ranked)
@@ -147,23 +158,75 @@ def _batch_ok(group: LayoutGroup, lo: int | None, hi: int | None) -> bool:
     return (lo is None or batch >= lo) and (hi is None or batch <= hi)
 
 
-def _fitting_layouts(group: LayoutGroup, fits: Callable[[Layout], bool]) -> list[Layout]:
-    """The group's layouts that fit; along `_STATE_CHAIN` a variant fits from its first fitting sharding on, found
-    by bisection."""
-    out: list[Layout] = []
-    chain = [s for s in _STATE_CHAIN if s in group.shardings]
-    others = [s for s in group.shardings if s not in _STATE_CHAIN]
-    for recompute, sp in group.variants():
-        lo, hi = 0, len(chain)  # the first fitting index of the chain lies in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if fits(group.layout(chain[mid], recompute, sp)):
-                hi = mid
-            else:
-                lo = mid + 1
-        out += [group.layout(s, recompute, sp) for s in chain[lo:]]
-        out += [lay for lay in (group.layout(s, recompute, sp) for s in others) if fits(lay)]
-    return out
+Variant = tuple[Recompute, bool]  # (recomputation, sequence parallelism)
+Choice = tuple[Sharding, Recompute, bool]  # what a layout of a group adds to its degrees
+
+
+def holds_no_less(a: Variant, b: Variant) -> bool:
+    """Whether variant `a` of a layout needs at least variant `b`'s memory, at every sharding and degrees: selective
+    recomputation only drops the attention core's saved tensors (`attention_activation_bytes`), sequence
+    parallelism only divides the replicated activations, the embedding output and full recomputation's kept
+    inputs over tp, and the state does not depend on either; full recomputation keeps less per layer but re-runs a
+    whole one, so it is compared only with itself."""
+    (ra, sa), (rb, sb) = a, b
+    return (ra == rb or (ra, rb) == (Recompute.none, Recompute.selective)) and (sb or not sa)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_plan(variants: tuple[Variant, ...]) -> tuple[tuple[Variant, tuple[int, ...], tuple[int, ...]], ...]:
+    """The order the count probes a group's variants in: per recomputation class (full or not) its first variant
+    (the most memory), its last (the least), then the others; with each, the earlier probes it holds no less than
+    and those holding no less than it."""
+
+    def position(v: Variant) -> tuple[bool, int]:
+        kin = [w for w in variants if (w[0] == Recompute.full) == (v[0] == Recompute.full)]
+        return v[0] == Recompute.full, 0 if v == kin[0] else 1 if v == kin[-1] else 2
+
+    probes = sorted(variants, key=position)
+    return tuple(
+        (v, tuple(j for j, w in enumerate(probes[:i]) if holds_no_less(v, w)),
+         tuple(j for j, w in enumerate(probes[:i]) if holds_no_less(w, v)))
+        for i, v in enumerate(probes)
+    )  # fmt: skip
+
+
+def _fitting_choices(
+    group: LayoutGroup, fits: Callable[[Layout], bool], guesses: dict[tuple[object, ...], int]
+) -> list[Choice]:
+    """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along `_STATE_CHAIN`
+    (and FSDP, a chain of its own) a variant fits from its first fitting sharding on, found by bisection between
+    the first fitting shardings of the variants probed before it that hold no less than it (it fits wherever they
+    fit) and no more (it cannot fit before them), in `_probe_plan`'s order. `guesses` (shared by the groups of one
+    space) keeps the last first fitting index of each probe, which is tried first: neighbouring groups mostly
+    agree, and a right guess at either end takes one probe."""
+    variants = tuple(group.variants())
+    plan = _probe_plan(variants)
+    shardings = group.shardings
+    chains = [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
+    firsts: list[dict[Variant, int]] = []
+    for c, chain in enumerate(chains):
+        found: list[int] = []
+        for p, (v, below, above) in enumerate(plan):
+            lo = max((found[j] for j in below), default=0)  # it fits wherever v fits
+            hi = min((found[j] for j in above), default=len(chain))
+            key = (variants, c, len(chain), p)
+            guess = guesses.get(key)
+            if guess is not None and lo < hi:  # the guessed first fitting index, or the last one if it is none
+                probe = min(max(guess, lo), hi - 1)
+                if fits(group.layout(chain[probe], *v)):
+                    hi = probe
+                else:
+                    lo = probe + 1
+            while lo < hi:  # the first fitting index of the chain lies in [lo, hi]
+                mid = (lo + hi) // 2
+                if fits(group.layout(chain[mid], *v)):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            found.append(lo)
+            guesses[key] = lo
+        firsts.append({v: f for (v, _, _), f in zip(plan, found, strict=True)})
+    return [(s, *v) for v in variants for chain, first in zip(chains, firsts, strict=True) for s in chain[first[v] :]]
 
 
 def compare_runs(

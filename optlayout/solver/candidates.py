@@ -32,7 +32,13 @@ from optlayout.cost import (
     group_links,
 )
 from optlayout.cost.comm import LinkSource
-from optlayout.cost.memory import memory_floor_bytes, memory_per_gpu, stage_params_per_stage, stage_state_bytes
+from optlayout.cost.memory import (
+    memory_floor_bytes,
+    memory_per_gpu,
+    memory_total_bytes,
+    stage_params_per_stage,
+    stage_state_bytes,
+)
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
@@ -198,6 +204,13 @@ class CostTable:
         self.cost_s += time.perf_counter() - started
         return memory
 
+    def memory_bytes(self, layout: Layout) -> float:
+        """`memory(layout).total_bytes`, without the breakdown (a count of the layouts that fit needs no more)."""
+        started = time.perf_counter()
+        total = memory_total_bytes(self.model, self.job, layout, self.params, self._memo)
+        self.cost_s += time.perf_counter() - started
+        return total
+
     def times(self, layout: Layout) -> TimeBreakdown:
         """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
         started = time.perf_counter()
@@ -248,18 +261,19 @@ class CostTable:
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
-        stage alone overflows memory (`memory_floor_bytes`) is not evaluated. Under the robust objective each bound is
-        scaled by the largest factor it covers (`bound_factor`, `group_factor`). Returns the evaluated candidates
-        (some may not fit) and the number of legal layouts. `clock` gets the time spent walking the space
+        stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time. Under the
+        robust objective each bound is scaled by the largest factor it covers (`bound_factor`, `group_factor`).
+        Returns the evaluated candidates (all fit memory; some may miss the batch or bubble limits) and the number
+        of legal layouts. `clock` gets the time spent walking the space
         (enumeration), in the cost model (cost_tables) and the rest (reductions)."""
         started = time.perf_counter()
         cost_before_s = self.cost_s
         groups = list(groups)
         enumerating_s = time.perf_counter() - started
         seen = sum(len(g) for g in groups)
-        ordered = self._best_first(groups) if k is not None else ((math.inf, g) for g in groups)
+        ordered = self.best_first(groups) if k is not None else ((math.inf, g) for g in groups)
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
-        first_bound, ordered = _peek(ordered)
+        first_bound, ordered = peek(ordered)
         margin = 2.0 * (first_bound if k is not None else 0.0) / THROUGHPUT_RESOLUTION
         kth = _KthBest(k)
         state_ok: dict[tuple[object, ...], bool] = {}
@@ -311,13 +325,11 @@ class CostTable:
                     if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                         continue
                     floor_mib = memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo))
-                    if floor_mib > cap_mib:
+                    if floor_mib > cap_mib or memory_mib(self.memory_bytes(lay)) > cap_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
-                        continue  # its first stage alone overflows: it cannot fit
+                        continue  # it cannot fit (its first stage alone, or the fullest): no step time
                     cand = self.candidate(lay)
-                    if memory_mib(cand.evaluation.memory_per_gpu_bytes) > cap_mib:
-                        overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
-                    elif passes_limits(cand, limits):
+                    if passes_limits(cand, limits):
                         kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
                     out.append(cand)
                     variant_tps = variant_bound(lay, cand.evaluation.times, self.job.seq_len)
@@ -342,7 +354,7 @@ class CostTable:
         most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in members)
         return cheapest.micro_batch * self.job.seq_len * most / whole
 
-    def _best_first(self, groups: list[LayoutGroup]) -> Iterator[tuple[float, LayoutGroup]]:
+    def best_first(self, groups: list[LayoutGroup]) -> Iterator[tuple[float, LayoutGroup]]:
         """Groups in decreasing `throughput_bound`, bounding a node's groups only once the node's bound leads."""
         nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
         for g in groups:
@@ -363,7 +375,7 @@ class CostTable:
                 yield -priority, entry
 
 
-def _peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
+def peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
     """The first item's bound (0 when empty), and the items again."""
     it = iter(items)
     first = next(it, None)
