@@ -26,7 +26,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
-from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_sizes, rank_kinds
+from optlayout.layout.stages import rank_chunk_kinds, rank_chunk_recomputed, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 # what the in-flight activations per stage depend on: the whole layout but its sharding
@@ -287,6 +287,7 @@ def _stage_activations(
     kinds = set(model.layer_kinds)
     counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
     per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+    chunk_bytes = _chunk_bytes(model, job, layout, params, memo)
     tokens = job.seq_len * layout.micro_batch / layout.cp
     sp_div = layout.tp if layout.sequence_parallel else 1
     last = layout.pp - 1
@@ -296,7 +297,6 @@ def _stage_activations(
         whole = layout.model_copy(update={"recompute": Recompute.none})
         recomputing = max(activation_bytes_per_layer(model, job, whole, k, params) for k in kinds)
     per_stage = stage_params_per_stage(model, layout, memo)
-    chunk_bytes = [[sum(n * per_kind[k] for k, n in chunk) for chunk in chunks] for chunks in ranks]
     if model.mtp_layers:  # the MTP modules run after the last layer, in the last rank's last chunk
         chunk_bytes[last][-1] += model.mtp_layers * per_kind[mtp_kind(model)]
     signatures = [(tuple(c), per_stage[i]) for i, c in enumerate(chunk_bytes)]
@@ -313,6 +313,27 @@ def _stage_activations(
     if memo is not None:
         memo[key] = (counts, stage_acts)
     return counts, stage_acts
+
+
+def _chunk_bytes(
+    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
+) -> list[list[float]]:
+    """The activation bytes one micro-batch leaves in each virtual chunk of each pipeline rank (a fresh list). With
+    full recomputation of only `recompute_layers` per chunk, those keep their input and the rest keep everything."""
+    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+    if layout.recompute != Recompute.full or layout.recompute_layers is None:
+        ranks = rank_chunk_kinds(model.layer_kinds, layout)
+        return [[sum(n * per_kind[k] for k, n in chunk) for chunk in chunks] for chunks in ranks]
+    whole = _per_kind_activation_bytes(
+        model,
+        job,
+        Layout.unchecked(**{**dict(layout), "recompute": Recompute.none, "recompute_layers": None}),
+        params,
+        memo,
+    )
+    return [[sum(n * per_kind[k] for k, n in recomputed) + sum(n * whole[k] for k, n in kept)
+             for recomputed, kept in chunks]
+            for chunks in rank_chunk_recomputed(model.layer_kinds, layout)]  # fmt: skip
 
 
 def _per_kind_activation_bytes(
@@ -336,8 +357,7 @@ def memory_floor_bytes(
     """A lower bound on `memory_per_gpu`'s total, far cheaper: the first stage's training state and the activations
     its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output)."""
     per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
-    chunks = rank_chunk_kinds(model.layer_kinds, layout)[0]
-    chunk_bytes = [sum(n * per_kind[k] for k, n in chunk) for chunk in chunks]
+    chunk_bytes = _chunk_bytes(model, job, layout, params, memo)[0]
     if layout.pp == 1 and model.mtp_layers:
         chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
     acts, _ = inflight_bytes(layout, chunk_bytes, 0)

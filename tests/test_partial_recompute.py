@@ -1,0 +1,102 @@
+"""Partial activation recomputation (Megatron's `--recompute-method block --recompute-num-layers N`): the layout
+axis, its rules, its memory and step time by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from optlayout.cost import DEFAULT_PARAMS, group_links
+from optlayout.cost.memory import activation_bytes_per_layer, memory_per_gpu
+from optlayout.cost.step import layer_times, step_time
+from optlayout.errors import OptlayoutError
+from optlayout.layout import layout_problems, parse_layout
+from optlayout.layout.stages import rank_chunk_recomputed
+from optlayout.presets import gpu_preset
+from optlayout.solver.problem import Problem
+from optlayout.specs import JobSpec, Layout, ModelSpec
+from optlayout.topology import parse_cluster_shorthand, topology_from_cluster
+
+MODEL = ModelSpec(layers=8, hidden=1024, ffn=4096, heads=16, kv_heads=16, vocab=32000, mlp="gelu")
+JOB = JobSpec(seq_len=1024, global_batch=8)
+H100 = gpu_preset("h100-sxm")
+
+
+def test_text_form_and_rules() -> None:
+    lay = parse_layout("tp=1,pp=1,dp=1,mb=1,ga=8,recompute=full,rl=3")
+    assert lay.recompute_layers == 3 and lay.short().endswith("recompute=full,rl=3")
+    assert parse_layout("recompute=full").short() == "tp=1,pp=1,cp=1,dp=1,mb=1,ga=1,sharding=none,recompute=full"
+    with pytest.raises(OptlayoutError, match="recompute_layers needs recompute=full"):
+        parse_layout("recompute=selective,rl=2")
+    # N counts per model chunk: 8 layers over pp 2 x vp 2 leave chunks of 2
+    chunked = Layout(pp=2, vp=2, grad_accum=8, recompute="full", recompute_layers=3)
+    assert layout_problems(MODEL, JOB, chunked, 2) == [
+        "recompute_layers (3) exceeds the layers of the largest model chunk (2); leave it out to recompute them all"
+    ]
+    assert layout_problems(MODEL, JOB, chunked.model_copy(update={"recompute_layers": 2}), 2) == []
+
+
+def test_block_method_recomputes_the_first_layers_of_every_chunk() -> None:
+    # 8 layers, pp 2, first stage 3 / last 5, vp 1: N = 4 recomputes 3 of the first stage and 4 of the last
+    lay = Layout(pp=2, grad_accum=2, first_stage_layers=3, last_stage_layers=5, recompute="full", recompute_layers=4)
+    split = rank_chunk_recomputed(tuple("abcdefgh"), lay)
+    assert split == (((tuple((k, 1) for k in "abc"), ()),), ((tuple((k, 1) for k in "defg"), (("h", 1),)),))
+
+
+def _acts(layout: Layout) -> float:
+    return memory_per_gpu(MODEL, JOB, layout, DEFAULT_PARAMS).activations_bytes
+
+
+def test_memory_recomputed_layers_keep_their_input_the_rest_everything() -> None:
+    # One stage, 8 layers: N recomputed layers keep their input (2 s b h bytes), 8 - N keep their whole set; the
+    # peak also holds the one layer being recomputed, the embedding output and the logits (as with full).
+    whole = activation_bytes_per_layer(MODEL, JOB, Layout())
+    layer_input = 2 * 1024 * 1024
+    embedding_out, logits = 2 * 1024 * 1024, 4 * 1024 * 32000
+    for n in (1, 3, 7):
+        lay = Layout(grad_accum=8, recompute="full", recompute_layers=n)
+        assert _acts(lay) == pytest.approx(n * layer_input + (8 - n) * whole + whole + embedding_out + logits)
+    assert _acts(Layout(grad_accum=8, recompute="full", recompute_layers=8)) == _acts(
+        Layout(grad_accum=8, recompute="full")
+    )
+
+
+def test_memory_counts_n_per_virtual_chunk_in_flight() -> None:
+    # pp 2, vp 2, 4 micro-batches: chunks of 2 layers; the first stage holds (p-1)*2 + (v-1)*p + 1 = 5 chunk
+    # forwards at its peak (Megatron's interleaved warm-up), so recomputing 1 layer per chunk instead of both
+    # keeps 5 more whole layers less 5 inputs (a small vocabulary: the last stage's logits do not make it the fullest).
+    model = MODEL.model_copy(update={"vocab": 512})
+    whole = activation_bytes_per_layer(model, JOB, Layout())
+    layer_input = 2 * 1024 * 1024
+    full = Layout(pp=2, vp=2, grad_accum=4, recompute="full")
+    partial = full.model_copy(update={"recompute_layers": 1})
+    mem_full, mem_partial = (memory_per_gpu(model, JOB, x, DEFAULT_PARAMS) for x in (full, partial))
+    assert mem_full.stage == mem_partial.stage == 0
+    assert mem_partial.activations_bytes - mem_full.activations_bytes == pytest.approx(5 * (whole - layer_input))
+
+
+def test_step_time_recomputes_the_forward_of_n_layers_only() -> None:
+    # One GPU, 8 micro-batches: recomputing N layers adds N layer forwards per micro-batch to the backward.
+    topo = topology_from_cluster(parse_cluster_shorthand("gpu=h100-sxm,gpus=1"))
+    plain = Layout(grad_accum=8)
+    links = group_links(topo, plain)
+    forward = layer_times(MODEL, JOB, plain, H100, links, DEFAULT_PARAMS).forward_compute_s()
+
+    def compute_s(lay: Layout) -> float:
+        return step_time(MODEL, JOB, lay, H100, links, DEFAULT_PARAMS, MODEL.param_count).compute_s
+
+    base = compute_s(plain)
+    for n, expected in ((1, 1), (3, 3), (None, 8)):
+        lay = Layout(grad_accum=8, recompute="full", recompute_layers=n)
+        assert compute_s(lay) - base == pytest.approx(8 * expected * forward, rel=1e-12)
+
+
+def test_hardware_flops_count_the_recomputed_layers_only() -> None:
+    from optlayout.cost.flops import hardware_flops_per_token, model_flops_per_token
+
+    topo = topology_from_cluster(parse_cluster_shorthand("gpu=h100-sxm,gpus=2"))
+    base = model_flops_per_token(MODEL, 1024)
+    every = hardware_flops_per_token(MODEL, 1024, "full") - base
+    for n, share in ((1, 2 / 8), (3, 6 / 8), (None, 1.0)):  # pp 2: 4 layers a stage, n of them on each
+        lay = Layout(pp=2, grad_accum=4, recompute="full", recompute_layers=n)
+        pred = Problem(MODEL, JOB, topo).table.predict(lay)
+        assert pred.hfu / pred.mfu == pytest.approx((base + share * every) / base, rel=1e-12)
