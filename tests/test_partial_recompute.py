@@ -3,17 +3,24 @@ axis, its rules, its memory and step time by hand."""
 
 from __future__ import annotations
 
-import pytest
+import itertools
 
-from optlayout.cost import DEFAULT_PARAMS, group_links
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_solver import problems
+
+from optlayout.cost import DEFAULT_PARAMS, CostParams, group_links, usable_memory_bytes
 from optlayout.cost.memory import activation_bytes_per_layer, memory_per_gpu
-from optlayout.cost.step import layer_times, step_time
+from optlayout.cost.step import layer_times, step_floor_s, step_time
 from optlayout.errors import OptlayoutError
 from optlayout.layout import layout_problems, parse_layout
-from optlayout.layout.stages import rank_chunk_recomputed
+from optlayout.layout.stages import chunk_layer_counts, rank_chunk_recomputed, stage_split
 from optlayout.presets import gpu_preset
+from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, variant_bound
 from optlayout.solver.problem import Problem
-from optlayout.specs import JobSpec, Layout, ModelSpec
+from optlayout.solver.space import SpaceOptions, enumerate_groups
+from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute
 from optlayout.topology import parse_cluster_shorthand, topology_from_cluster
 
 MODEL = ModelSpec(layers=8, hidden=1024, ffn=4096, heads=16, kv_heads=16, vocab=32000, mlp="gelu")
@@ -100,3 +107,43 @@ def test_hardware_flops_count_the_recomputed_layers_only() -> None:
         lay = Layout(pp=2, grad_accum=4, recompute="full", recompute_layers=n)
         pred = Problem(MODEL, JOB, topo).table.predict(lay)
         assert pred.hfu / pred.mfu == pytest.approx((base + share * every) / base, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from([0.0, 0.9]), st.sampled_from([0.0, 0.01]))
+def test_the_fewest_recomputed_layers_that_fit_are_the_fastest(problem, dp_overlap, overhead_s) -> None:
+    """What the search relies on, checked on the cost model itself: along a full-recompute layout's layer counts
+    memory never rises and throughput never rises, so the fewest that fit (`fewest_recomputed`) is the best of
+    them; and the bounds the walk takes from one recomputed layer hold for every sharding's fewest."""
+    model, cluster, job, _ = problem
+    topo = topology_from_cluster(cluster)
+    params = CostParams(runtime_reserve_bytes=0, dp_comm_overlap=dp_overlap, step_overhead_s=overhead_s)
+    table = CostTable(model, job, topo.gpu, topo, params)
+    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
+    cap = capacity_mib(capacity)
+    options = SpaceOptions(max_micro_batch=4, max_vp=4, max_cp=8, exclude={"recompute": frozenset({"none"})})
+    partial = 0
+    for group in enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options):
+        for sp in group.sequence_parallel:
+            chosen = []
+            for sharding in group.shardings:
+                lay = group.layout(sharding, Recompute.full, sp)
+                largest = max(chunk_layer_counts(stage_split(lay, model.layers), lay.vp))
+                counts = [*range(1, largest), None]
+                cands = [table.candidate(lay.model_copy(update={"recompute_layers": n})) for n in counts]
+                mems = [memory_mib(c.evaluation.memory_per_gpu_bytes) for c in cands]
+                tps = [c.cluster_tokens_per_s for c in cands]
+                assert mems == sorted(mems, reverse=True)
+                assert all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(tps))
+                fewest = table.fewest_recomputed(lay, capacity)
+                fitting = [n for n, m in zip(counts, mems, strict=True) if m <= cap]
+                assert fewest.recompute_layers == (fitting[0] if fitting else None)
+                partial += fewest.recompute_layers is not None
+                chosen.append(table.candidate(fewest))
+            one = group.layout(group.shardings[0], Recompute.full, sp).model_copy(update={"recompute_layers": 1})
+            floor = one.global_batch * job.seq_len / step_floor_s(model, job, one, topo.gpu, table.links(one), params)
+            for sharding in group.shardings:
+                probe = group.layout(sharding, Recompute.full, sp).model_copy(update={"recompute_layers": 1})
+                bound = variant_bound(probe, table.times(probe), job.seq_len)
+                assert all(c.cluster_tokens_per_s <= min(bound, floor) * (1 + 1e-12) for c in chosen)
+    assume(partial)  # a space where memory takes fewer than all layers

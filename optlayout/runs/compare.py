@@ -116,7 +116,7 @@ class GroupRanking:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
             for lay in fitting:
-                cand = table.candidate(lay)
+                cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
                 if passes_limits(cand, limits):
                     evaluated.append(cand)
                     best = max(best, cand.cluster_tokens_per_s)
