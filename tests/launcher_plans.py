@@ -110,9 +110,13 @@ PLANS += (
         "70b-tp8-pp4-vp5-zero1-full-rl3-sp",
         "llama3.1-70b",
         "tp=8,pp=4,vp=5,dp=2,mb=1,ga=16,sharding=zero1,recompute=full,rl=3,sp",
-        refused={"accelerate": _NO_PP, "deepspeed": _DS_PP_TP, "torchtitan@0.3.0": "checkpoints every block or none",
-                 "torchtitan@0.2.2": "no 'every k-th layer'"},
-    ),  # fmt: skip
+        refused={
+            "accelerate": _NO_PP,
+            "deepspeed": _DS_PP_TP,
+            "torchtitan@0.3.0": "checkpoints every block or none",
+            "torchtitan@0.2.2": "no 'every k-th layer'",
+        },
+    ),
     Plan(
         "8b-tp2-fsdp-full-rl16-sp",
         "llama3.1-8b",

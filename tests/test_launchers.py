@@ -367,7 +367,8 @@ _TT022 = textwrap.dedent(
                 model.get_submodule(fqn)
         # torchtitan's own apply_ac on each rank's model parts (virtual stage s on rank s % pp), counting the
         # blocks it wraps in a checkpoint; the layer-frequency counter runs over a rank's parts
-        blocks = [[n for n in part if n.startswith("layers.")] for part in parts] or [[f"layers.{k}" for k in model.layers]]
+        blocks = [[n for n in part if n.startswith("layers.")] for part in parts]
+        blocks = blocks or [[f"layers.{k}" for k in model.layers]]
         wrapped = [0] * len(blocks)
         for rank in range(p.pipeline_parallel_degree):
             ac._layer_sac_count = 0

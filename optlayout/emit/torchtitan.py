@@ -193,15 +193,18 @@ def _layer_ac_frequency(model: ModelSpec, layout: Layout, version: str) -> int:
     into the plan's recomputed layers (where in the chunk they sit changes neither memory nor time)."""
     rule = f"{_WHO}: recompute_layers={layout.recompute_layers}"
     if version != "0.2.2":
-        raise UnsupportedError(f"{rule}: torchtitan {version} checkpoints every block or none (FullAC, SelectiveAC); "
-                               "target torchtitan 0.2.2 (selective_ac_option) or leave recompute_layers out")  # fmt: skip
+        raise UnsupportedError(
+            f"{rule}: torchtitan {version} checkpoints every block or none (FullAC, SelectiveAC); target torchtitan "
+            "0.2.2 (selective_ac_option) or leave recompute_layers out"
+        )
     chunks = set(chunk_layer_counts(stage_layers(model, layout, _WHO), layout.vp))
     n = layout.recompute_layers or 0
     for k in range(1, max(chunks) + 1):
         if all(c % k == 0 and c // k == n for c in chunks):
             return k
-    raise UnsupportedError(f"{rule}: no 'every k-th layer' (selective_ac_option) checkpoints {n} of each chunk of "
-                           f"{sorted(chunks)} layers")  # fmt: skip
+    raise UnsupportedError(
+        f"{rule}: no 'every k-th layer' (selective_ac_option) checkpoints {n} of each chunk of {sorted(chunks)} layers"
+    )
 
 
 def _experts(job: JobSpec, layout: Layout, version: str) -> dict[str, Any]:
@@ -336,8 +339,10 @@ def torchtitan_notes(
         )
     if layout.recompute is Recompute.full and layout.recompute_layers is not None:
         k = _layer_ac_frequency(model, layout, version)
-        notes.append(f"recompute_layers={layout.recompute_layers}: layer-level selective AC checkpoints every {k}-th "
-                     "block of each model chunk, as many as Megatron's block method (the same memory and recompute)")  # fmt: skip
+        notes.append(
+            f"recompute_layers={layout.recompute_layers}: layer-level selective AC checkpoints every {k}-th block of "
+            "each model chunk, as many as Megatron's block method (the same memory and recompute)"
+        )
     if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
         notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")
     return notes
