@@ -147,3 +147,19 @@ def test_the_fewest_recomputed_layers_that_fit_are_the_fastest(problem, dp_overl
                 bound = variant_bound(probe, table.times(probe), job.seq_len)
                 assert all(c.cluster_tokens_per_s <= min(bound, floor) * (1 + 1e-12) for c in chosen)
     assume(partial)  # a space where memory takes fewer than all layers
+
+
+def test_pinned_layer_count_is_full_recomputation_within_the_chunks() -> None:
+    from optlayout.solver.space import space_options
+
+    options = space_options(pins={"rl": 3}, max_vp=4)
+    layouts = list(enumerate_groups(MODEL, JOB, 2, 8, options))
+    assert layouts and all(g.recomputes == (Recompute.full,) for g in layouts)
+    for group in layouts:
+        lay = next(group.layouts())
+        assert lay.recompute_layers == 3 and layout_problems(MODEL, JOB, lay, 2) == []
+    assert {g.degrees["vp"] for g in layouts if g.degrees["pp"] == 2} == {1}  # 4 layers a stage: vp 2 leaves 2
+    with pytest.raises(OptlayoutError, match="recompute_layers needs recompute=full"):
+        space_options(pins={"rl": 3, "recompute": "selective"})
+    with pytest.raises(OptlayoutError, match="pin it to fix it"):
+        space_options(maxima={"recompute_layers": 3})
