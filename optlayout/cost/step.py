@@ -242,8 +242,7 @@ def stage_times(
     full = layout.recompute == Recompute.full
     if overlapped is None:
         overlapped = overlap_allowed(job, layout, full)
-    counts = [n for _, n in mix]
-    rerun = list(recomputed) if recomputed is not None and full else counts if full else [0] * len(mix)
+    rerun = [n if full else 0 for _, n in mix] if recomputed is None or not full else list(recomputed)
     layers = [(lt, n, r) for (lt, n), r in zip(mix, rerun, strict=True)]
     if last and mtp is not None and model.mtp_layers:
         layers.append((mtp, model.mtp_layers, model.mtp_layers if full else 0))
@@ -431,12 +430,9 @@ def whole_model_s(
     """One micro-batch through every layer and the output, as if on one stage, with EP overlap wherever the job
     asks for it: the sum over the stages of their per-micro-batch times, or less, for any pp and vp."""
     overlapped = job.moe_ep_overlap and layout.ep > 1 and layout.recompute != Recompute.full
-    whole_rerun = None
-    if layout.recompute == Recompute.full and layout.recompute_layers is not None:
-        total: Counter[LayerKind] = Counter()
-        for mix in rank_recomputed_kinds(model.layer_kinds, layout):
-            total.update(dict(mix))
-        whole_rerun = tuple(sorted(total.items()))
+    whole_rerun = None  # the layers of each kind full recomputation re-runs over all the stages
+    if (per_rank := _recomputed_mixes(model, layout))[0] is not None:
+        whole_rerun = tuple(sorted(sum((Counter(dict(mix)) for mix in per_rank if mix), Counter()).items()))
     return _stage(model, job, layout, gpu, links, params, memo, _whole_mix(model.layer_kinds), True, True,
                   overlapped, whole_rerun).total_s  # fmt: skip
 
