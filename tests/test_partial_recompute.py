@@ -163,3 +163,15 @@ def test_pinned_layer_count_is_full_recomputation_within_the_chunks() -> None:
         space_options(pins={"rl": 3, "recompute": "selective"})
     with pytest.raises(OptlayoutError, match="pin it to fix it"):
         space_options(maxima={"recompute_layers": 3})
+
+
+def test_why_it_lost_names_the_layer_count_only_with_full_recomputation() -> None:
+    from optlayout.solver.explain import why_it_lost
+
+    topo = topology_from_cluster(parse_cluster_shorthand("gpu=h100-sxm,gpus=1"))
+    table = Problem(MODEL, JOB, topo).table
+    best, full, none = (Layout(grad_accum=8, recompute="full", recompute_layers=2),
+                        Layout(grad_accum=8, recompute="full"), Layout(grad_accum=8))  # fmt: skip
+    assert "(recompute_layers=all)" in why_it_lost(full, table.predict(full), best, table.predict(best), JOB)
+    slower = why_it_lost(best, table.predict(best), none, table.predict(none), JOB)
+    assert "(recompute=full, recompute_layers=2)" in slower
