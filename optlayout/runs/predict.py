@@ -93,7 +93,8 @@ def predict_run(
     else:
         scale = throughput_scale(candidates)
         best = min(candidates, key=lambda c: rank_key(c, scale))
-    filled = {k: _plain(getattr(best.layout, k)) for k in record.unknown_layout_fields()}
+    unknown = [k for k in record.unknown_layout_fields() if k != "recompute_layers" or best.layout.recompute == "full"]
+    filled = {k: _plain(getattr(best.layout, k)) for k in unknown}  # a layer count only beside full recomputation
     return RunPrediction(record, best.layout, filled, best.prediction, assumed_fields(record))
 
 
