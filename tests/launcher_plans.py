@@ -105,6 +105,27 @@ PLANS = (
     ),
 )
 
+PLANS += (
+    Plan(
+        "70b-tp8-pp4-vp5-zero1-full-rl3-sp",
+        "llama3.1-70b",
+        "tp=8,pp=4,vp=5,dp=2,mb=1,ga=16,sharding=zero1,recompute=full,rl=3,sp",
+        refused={
+            "accelerate": _NO_PP,
+            "deepspeed": _DS_PP_TP,
+            "torchtitan@0.3.0": "checkpoints every block or none",
+            "torchtitan@0.2.2": "no 'every k-th layer'",
+        },
+    ),
+    Plan(
+        "8b-tp2-fsdp-full-rl16-sp",
+        "llama3.1-8b",
+        "tp=2,dp=4,mb=1,ga=8,sharding=fsdp,recompute=full,rl=16,sp",
+        grad_bytes=4.0,
+        refused={"accelerate": "recomputes every layer or none", "torchtitan@0.3.0": "checkpoints every block or none"},
+    ),
+)
+
 LAUNCHERS = ("megatron", "megatron-bridge", "torchtitan@0.3.0", "torchtitan@0.2.2", "deepspeed", "accelerate")
 
 

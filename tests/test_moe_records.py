@@ -49,9 +49,10 @@ def test_expert_degrees_are_layout_fields_of_moe_records_only() -> None:
     records = read_runs(MOE_RUNS)
     gpt = next(r for r in records if r.id.startswith("mb-26.08"))
     assert gpt.layout.known()["ep"] == 64 and gpt.layout.known()["etp"] == 1
-    assert gpt.unknown_layout_fields() == ["vp", "sharding", "recompute", "sequence_parallel"]
+    assert gpt.unknown_layout_fields() == ["vp", "sharding", "recompute", "recompute_layers", "sequence_parallel"]
     unstated = gpt.model_copy(update={"layout": gpt.layout.model_copy(update={"etp": None})})
-    assert unstated.unknown_layout_fields() == ["vp", "etp", "sharding", "recompute", "sequence_parallel"]
+    assert unstated.unknown_layout_fields() == ["vp", "etp", "sharding", "recompute", "recompute_layers",
+                                                "sequence_parallel"]  # fmt: skip
     dense = read_runs(RUNS / "runs.jsonl")[0]  # a dense record states no expert degrees: they are 1, not unknown
     assert dense.layout.ep is None and not {"ep", "etp"} & set(dense.unknown_layout_fields())
 

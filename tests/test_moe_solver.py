@@ -81,8 +81,10 @@ def test_solver_top_k_equals_oracle_on_moe_models(problem) -> None:
 
 def test_qwen3_on_two_nodes_picks_expert_parallelism() -> None:
     """Replicated experts cost a full copy of 128 experts' state per GPU and their gradient all-reduce: the
-    solver splits them over the EP group instead."""
+    solver splits them over the EP group instead. (FSDP shards that copy too, so the premise is the other
+    shardings': with partial recomputation in the space the model rates FSDP at ep=1 with 17 of 48 layers
+    recomputed 3% above the best ep > 1 layout, 13,713 against 13,298 tokens/s/GPU.)"""
     plan = solve("qwen3-30b-a3b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=1024,
-                 moe_routing="balanced"), top=3)  # fmt: skip
+                 moe_routing="balanced"), top=3, exclude={"sharding": ["fsdp"]})  # fmt: skip
     assert plan.status == "optimal"
     assert all(p.layout.ep > 1 for p in plan.layouts)

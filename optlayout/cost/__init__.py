@@ -12,6 +12,7 @@ from optlayout.cost.flops import hardware_flops_per_token, mfu, model_flops_per_
 from optlayout.cost.memory import MemoryBreakdown, memory_per_gpu, usable_memory_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.cost.step import TimeBreakdown, step_time
+from optlayout.layout.stages import recomputed_share
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
 
 __all__ = [
@@ -69,7 +70,13 @@ class Evaluation:
             step_time_s=times.step_time_s,
             tokens_per_s_per_gpu=tps,
             mfu=mfu(tps, model_flops_per_token(model, job.seq_len, job.causal), peak),
-            hfu=mfu(tps, hardware_flops_per_token(model, job.seq_len, self.layout.recompute, job.causal), peak),
+            hfu=mfu(
+                tps,
+                hardware_flops_per_token(
+                    model, job.seq_len, self.layout.recompute, job.causal, recomputed_share(model.layers, self.layout)
+                ),
+                peak,
+            ),
             memory_per_gpu_bytes=mem.total_bytes,
             memory_capacity_bytes=self.memory_capacity_bytes,
             fits=mem.total_bytes <= self.memory_capacity_bytes,

@@ -42,13 +42,16 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -
     return 6.0 * model.matmul_param_count + attention_flops_per_token(model, seq_len, causal)
 
 
-def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: Recompute, causal: bool = True) -> float:
-    """FLOPs actually executed per token, counting the forward passes that recomputation repeats."""
+def hardware_flops_per_token(
+    model: ModelSpec, seq_len: int, recompute: Recompute, causal: bool = True, recomputed_share: float = 1.0
+) -> float:
+    """FLOPs actually executed per token, counting the forward passes that recomputation repeats (full: of the
+    `recomputed_share` of the layers it re-runs)."""
     base = model_flops_per_token(model, seq_len, causal)
     attn_fwd = attention_flops_per_token(model, seq_len, causal) / 3
     if recompute == Recompute.full:
         layers_fwd = 2.0 * (model.matmul_param_count - model.output_matmul_param_count)
-        return base + layers_fwd + attn_fwd
+        return base + recomputed_share * (layers_fwd + attn_fwd)
     if recompute == Recompute.selective:
         return base + attn_fwd
     return base

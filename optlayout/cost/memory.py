@@ -26,7 +26,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
-from optlayout.layout.stages import ChunkKinds, rank_chunk_kinds, rank_chunk_sizes, rank_kinds
+from optlayout.layout.stages import ChunkKinds, rank_chunk_kinds, rank_chunk_recomputed, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 # what the in-flight activations per stage depend on: the whole layout but its sharding
@@ -299,26 +299,54 @@ def _fullest_stage(
     return best
 
 
+ChunkSplit = tuple[ChunkKinds[LayerKind], ChunkKinds[LayerKind]]  # (layers at the layout's bytes, kept whole)
+
+
 def _split_stages(
     model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
-) -> tuple[list[int], list[tuple[int, tuple[ChunkKinds[LayerKind], ...]]]]:
+) -> tuple[list[int], list[tuple[int, tuple[ChunkSplit, ...]]]]:
     """(layers per stage, [(stage, its chunks' layer kinds)] for the stages that can be the fullest) of the layout's
-    stage split, through the memo.
+    stage split, through the memo. Each chunk's kinds come in two parts: the layers that hold the layout's
+    activations, and those that full recomputation of only `recompute_layers` per chunk keeps whole (empty
+    otherwise).
 
     Those stages are the first, the last, and among the middle stages the first of each distinct content (chunks
     of the same layer kinds hold the same bytes and the same parameters; in-flight micro-batches fall with the
     stage index, so a later stage holding the same holds no more)."""
-    key = ("split_stages", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
-    found: tuple[list[int], list[tuple[int, tuple[ChunkKinds[LayerKind], ...]]]] | None = None
+    partial = layout.recompute_layers if layout.recompute == Recompute.full else None
+    key = ("split_stages", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers, partial)
+    found: tuple[list[int], list[tuple[int, tuple[ChunkSplit, ...]]]] | None = None
     if memo is not None:
         found = memo.get(key)
     if found is None:
-        ranks = rank_chunk_kinds(model.layer_kinds, layout)
-        counts = [sum(n for chunk in chunks for _, n in chunk) for chunks in ranks]
+        ranks: tuple[tuple[ChunkSplit, ...], ...]
+        if partial is None:
+            ranks = tuple(
+                tuple((chunk, ()) for chunk in chunks) for chunks in rank_chunk_kinds(model.layer_kinds, layout)
+            )
+        else:
+            ranks = rank_chunk_recomputed(model.layer_kinds, layout)
+        counts = [sum(n for held, kept in chunks for _, n in (*held, *kept)) for chunks in ranks]
         found = counts, [(stage, ranks[stage]) for stage in _candidate_fullest_stages(ranks)]
         if memo is not None:
             memo[key] = found
     return found
+
+
+def _chunk_bytes(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+    chunks: tuple[ChunkSplit, ...],
+) -> list[float]:
+    """The activation bytes one micro-batch leaves in each of a rank's chunks (`_split_stages`): the layers at the
+    layout's per-layer bytes, and those kept whole at the bytes of no recomputation."""
+    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+    whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
+        kept for _, kept in chunks) else per_kind  # fmt: skip
+    return [sum(n * per_kind[k] for k, n in held) + sum(n * whole[k] for k, n in kept) for held, kept in chunks]
 
 
 def _stage_activations(
@@ -341,7 +369,7 @@ def _stage_activations(
         recomputing = max(whole[k] for k in set(model.layer_kinds))
     stage_acts: list[tuple[int, float]] = []
     for stage, chunks in _split_stages(model, layout, memo)[1]:
-        chunk_bytes = [sum(n * per_kind[k] for k, n in chunk) for chunk in chunks]
+        chunk_bytes = _chunk_bytes(model, job, layout, params, memo, chunks)
         if model.mtp_layers and stage == last:  # the MTP modules run after the last layer, in its last chunk
             chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
         acts, first_chunk = inflight_bytes(layout, chunk_bytes, stage)
@@ -387,8 +415,9 @@ def memory_floor_bytes(
     """A lower bound on `memory_per_gpu`'s total, far cheaper: the first stage's training state and the activations
     its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output)."""
     per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
-    chunks = rank_chunk_kinds(model.layer_kinds, layout)[0]
-    chunk_bytes = [sum(n * per_kind[k] for k, n in chunk) for chunk in chunks]
+    first_stage = _split_stages(model, layout, memo)[1][0]
+    assert first_stage[0] == 0
+    chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1])
     if layout.pp == 1 and model.mtp_layers:
         chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
     acts, _ = inflight_bytes(layout, chunk_bytes, 0)

@@ -30,7 +30,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
 from optlayout.cost.params import CostParams
-from optlayout.layout.stages import rank_kinds
+from optlayout.layout.stages import rank_kinds, rank_recomputed_kinds
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
@@ -233,28 +233,33 @@ def stage_times(
     last: bool,
     mtp: LayerTimes | None = None,
     overlapped: bool | None = None,
+    recomputed: tuple[int, ...] | None = None,
 ) -> StageTimes:
     """One micro-batch through one stage: its layers (`mix`: each kind's times and count), plus the output layer
     and loss on the last, and there the multi-token-prediction modules (`mtp`: their block's times). `overlapped`:
-    whether EP overlap applies (default: where Megatron allows it for this layout)."""
+    whether EP overlap applies (default: where Megatron allows it for this layout). `recomputed`: with full
+    recomputation, how many of each kind's layers it re-runs (default all; the MTP modules always)."""
     fwd_s = bwd_s = tp_s = cp_s = ep_s = 0.0
     full = layout.recompute == Recompute.full
     if overlapped is None:
         overlapped = overlap_allowed(job, layout, full)
-    layers = list(mix) + ([(mtp, model.mtp_layers)] if last and mtp is not None and model.mtp_layers else [])
-    for lt, count in layers:
+    rerun = [n if full else 0 for _, n in mix] if recomputed is None or not full else list(recomputed)
+    layers = [(lt, n, r) for (lt, n), r in zip(mix, rerun, strict=True)]
+    if last and mtp is not None and model.mtp_layers:
+        layers.append((mtp, model.mtp_layers, model.mtp_layers if full else 0))
+    for lt, count, rerun_count in layers:
         fwd = lt.forward_compute_s()
         bwd = 2 * lt.gemm_fwd_s + params.attention_backward_ratio * lt.attention_fwd_s
         bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
-        tp_passes = 2.0  # forward and backward
         ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
-        if full:
-            bwd += fwd
-            tp_passes += 1
-            ep_comm += lt.ep_comm_fwd_s  # the recomputed forward dispatches and combines again
-        elif layout.recompute == Recompute.selective:
+        if layout.recompute == Recompute.selective:
             bwd += lt.attention_fwd_s
-        tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * tp_passes
+        # full recomputation re-runs the forward of `rerun_count` layers: its compute, its TP collectives, and
+        # the MoE token exchange (the recomputed forward dispatches and combines again)
+        share = rerun_count / count if count else 0.0
+        bwd += share * fwd
+        ep_comm += share * lt.ep_comm_fwd_s
+        tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * (2.0 + share)  # forward, backward, recomputed
         # Ring attention hides each step's K/V exchange under the attention of the chunk already received, step
         # by step: cp steps of equal work (load-balanced causal split), cp - 1 exchanges; the backward sends K/V
         # and their gradients.
@@ -400,10 +405,18 @@ def _slowest_stage(
 ) -> tuple[StageTimes, int]:
     """The slowest stage's times per micro-batch and the layers it holds."""
     held = rank_kinds(model.layer_kinds, layout)
-    shapes = {(mix, i == 0, i == layout.pp - 1) for i, mix in enumerate(held)}  # stages alike cost alike
-    stages = [(_stage(model, job, layout, gpu, links, params, memo, *shape), sum(n for _, n in shape[0]))
-              for shape in sorted(shapes)]  # fmt: skip
+    rerun = _recomputed_mixes(model, layout)
+    shapes = {(mix, i == 0, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}  # stages alike cost alike
+    stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, first, last, recomputed=r),
+               sum(n for _, n in mix)) for mix, first, last, r in sorted(shapes)]  # fmt: skip
     return max(stages, key=lambda stage: stage[0].total_s)
+
+
+def _recomputed_mixes(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[LayerKind, int], ...] | None, ...]:
+    """Per pipeline rank, the layers of each kind full recomputation re-runs; None where it re-runs them all."""
+    if layout.recompute != Recompute.full or layout.recompute_layers is None:
+        return (None,) * layout.pp
+    return rank_recomputed_kinds(model.layer_kinds, layout)
 
 
 def whole_model_s(
@@ -418,8 +431,11 @@ def whole_model_s(
     """One micro-batch through every layer and the output, as if on one stage, with EP overlap wherever the job
     asks for it: the sum over the stages of their per-micro-batch times, or less, for any pp and vp."""
     overlapped = job.moe_ep_overlap and layout.ep > 1 and layout.recompute != Recompute.full
+    whole_rerun = None  # the layers of each kind full recomputation re-runs over all the stages
+    if (per_rank := _recomputed_mixes(model, layout))[0] is not None:
+        whole_rerun = tuple(sorted(sum((Counter(dict(mix)) for mix in per_rank if mix), Counter()).items()))
     return _stage(model, job, layout, gpu, links, params, memo, _whole_mix(model.layer_kinds), True, True,
-                  overlapped).total_s  # fmt: skip
+                  overlapped, whole_rerun).total_s  # fmt: skip
 
 
 @lru_cache(maxsize=256)
@@ -439,8 +455,10 @@ def _stage(
     first: bool,
     last: bool,
     overlapped: bool | None = None,
+    recomputed: tuple[tuple[LayerKind, int], ...] | None = None,
 ) -> StageTimes:
-    """A stage holding `mix` layers of each kind, through the memo (`overlapped`: see `stage_times`)."""
+    """A stage holding `mix` layers of each kind, through the memo (`overlapped`, `recomputed` (the layers of each
+    kind full recomputation re-runs): see `stage_times`)."""
     lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
 
     def times_of(kind: LayerKind) -> LayerTimes:
@@ -454,12 +472,13 @@ def _stage(
 
     if overlapped is None:
         overlapped = overlap_allowed(job, layout, layout.recompute == Recompute.full)
-    skey = (*lkey, layout.recompute, overlapped, mix, first, last)
+    skey = (*lkey, layout.recompute, overlapped, mix, first, last, recomputed)
     st = memo.get(skey) if memo is not None else None
     if st is None:
         mtp = times_of(mtp_kind(model)) if last and model.mtp_layers else None
+        rerun = None if recomputed is None else tuple(dict(recomputed).get(k, 0) for k, _ in mix)
         st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), first, last, mtp,
-                         overlapped)  # fmt: skip
+                         overlapped, rerun)  # fmt: skip
         if memo is not None:
             memo[skey] = st
     return st

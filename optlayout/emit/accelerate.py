@@ -43,6 +43,9 @@ def accelerate_config(
         )
     if job.precision == "fp8":
         raise UnsupportedError(f"{_WHO}: precision fp8 needs an fp8_config of your own (Transformer Engine or MS-AMP)")
+    if layout.recompute_layers is not None:
+        raise UnsupportedError(f"{_WHO}: recompute_layers={layout.recompute_layers}: fsdp_activation_checkpointing "
+                               "recomputes every layer or none; leave recompute_layers out")  # fmt: skip
     fsdp = shard > 1 or layout.cp > 1
     fsdp2_fits_plan(job, layout, shard * layout.cp, layout.sharding in (Sharding.zero1, Sharding.zero2), _WHO)
     hosts = list(hostnames or [])

@@ -123,7 +123,13 @@ def deepspeed_notes(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_nod
             f"pp={layout.pp}: build the model as deepspeed.pipe.PipelineModule(layers, num_stages={layout.pp}, "
             "partition_method='uniform'); the engine takes the data-parallel size from its grid"
         )
-    if layout.recompute is not Recompute.none:
+    if layout.recompute is not Recompute.none and layout.recompute_layers is not None:
+        notes.append(
+            f"recompute: wrap the first {layout.recompute_layers} layers of each pipeline stage in "
+            "deepspeed.checkpointing.checkpoint and run the rest unwrapped (Megatron's block method, as planned); "
+            "activation_checkpointing configures that"
+        )
+    elif layout.recompute is not Recompute.none:
         selective = layout.recompute is Recompute.selective
         notes.append(
             "recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap each layer in "

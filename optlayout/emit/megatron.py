@@ -241,11 +241,12 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
     flags += _sharding_flags(layout, fsdp_impl)
     if layout.recompute is Recompute.selective:
         flags.append(("--recompute-granularity", "selective"))
-    elif layout.recompute is Recompute.full:
+    elif layout.recompute is Recompute.full:  # block: the first N layers of each model chunk; uniform 1: all
+        method, layers = ("uniform", 1) if layout.recompute_layers is None else ("block", layout.recompute_layers)
         flags += [
             ("--recompute-granularity", "full"),
-            ("--recompute-method", "uniform"),
-            ("--recompute-num-layers", "1"),
+            ("--recompute-method", method),
+            ("--recompute-num-layers", str(layers)),
         ]
     flags += [
         ("--micro-batch-size", str(layout.micro_batch)),

@@ -154,7 +154,9 @@ def _recompute(layout: Layout) -> list[str]:
             "model.recompute_modules=[core_attn]",
         ]
     if layout.recompute is Recompute.full:
-        return ["model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"]
+        method, layers = ("uniform", 1) if layout.recompute_layers is None else ("block", layout.recompute_layers)
+        return ["model.recompute_granularity=full", f"model.recompute_method={method}",
+                f"model.recompute_num_layers={layers}"]  # fmt: skip
     return ["model.recompute_granularity=null", "model.recompute_method=null", "model.recompute_num_layers=null"]
 
 

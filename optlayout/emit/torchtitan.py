@@ -174,6 +174,8 @@ def torchtitan_config(
     ac: dict[str, Any] = {"mode": _AC_MODE[layout.recompute]}
     if layout.recompute is Recompute.selective:
         ac["selective_ac_option"] = "op"
+    if layout.recompute is Recompute.full and layout.recompute_layers is not None:
+        ac = {"mode": "selective", "selective_ac_option": str(_layer_ac_frequency(model, layout, version))}
     model_section: dict[str, Any] = {"name": tt.name, "flavor": tt.flavor, "hf_assets_path": tt.hf_assets}
     config: Config = {"model": model_section, "training": training, "parallelism": parallelism}
     config["activation_checkpoint"] = ac
@@ -183,6 +185,26 @@ def torchtitan_config(
         model_section["converters"] = ["quantize.linear.float8"]
         config["quantize.linear.float8"] = {"filter_fqns": [_OUTPUT[version]]}
     return config
+
+
+def _layer_ac_frequency(model: ModelSpec, layout: Layout, version: str) -> int:
+    """torchtitan v0.2.2's layer-level selective AC (`selective_ac_option` = k) checkpoints every k-th block a rank
+    wraps (`_apply_layer_sac`: its counter runs on over the rank's model parts): the k that divides every chunk
+    into the plan's recomputed layers (where in the chunk they sit changes neither memory nor time)."""
+    rule = f"{_WHO}: recompute_layers={layout.recompute_layers}"
+    if version != "0.2.2":
+        raise UnsupportedError(
+            f"{rule}: torchtitan {version} checkpoints every block or none (FullAC, SelectiveAC); target torchtitan "
+            "0.2.2 (selective_ac_option) or leave recompute_layers out"
+        )
+    chunks = set(chunk_layer_counts(stage_layers(model, layout, _WHO), layout.vp))
+    n = layout.recompute_layers or 0
+    for k in range(1, max(chunks) + 1):
+        if all(c % k == 0 and c // k == n for c in chunks):
+            return k
+    raise UnsupportedError(
+        f"{rule}: no 'every k-th layer' (selective_ac_option) checkpoints {n} of each chunk of {sorted(chunks)} layers"
+    )
 
 
 def _experts(job: JobSpec, layout: Layout, version: str) -> dict[str, Any]:
@@ -314,6 +336,12 @@ def torchtitan_notes(
         notes.append(
             "recompute=selective: torchtitan's op-level SAC saves matmul and attention outputs and recomputes the "
             "rest, keeping no more than the plan's selective recompute"
+        )
+    if layout.recompute is Recompute.full and layout.recompute_layers is not None:
+        k = _layer_ac_frequency(model, layout, version)
+        notes.append(
+            f"recompute_layers={layout.recompute_layers}: layer-level selective AC checkpoints every {k}-th block of "
+            "each model chunk, as many as Megatron's block method (the same memory and recompute)"
         )
     if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
         notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")

@@ -68,6 +68,12 @@ class Layout(BaseModel):
     grad_accum: Annotated[PerStep, Axis("ga", "micro-batches per step", label="grad accum")] = 1
     sharding: Annotated[Sharding, Axis("sharding", "state sharded over dp x cp", checkpoint="reshards")] = Sharding.none
     recompute: Annotated[Recompute, Axis("recompute", "activation recomputation")] = Recompute.none
+    recompute_layers: Annotated[
+        Chunks | None,
+        Field(description="with recompute=full, the layers recomputed in each model chunk; null: all of them"),
+        Axis("rl", "layers per model chunk recomputed with recompute=full (Megatron's block method; default all)",
+             aliases=("recompute_num_layers",), shown="not_default", label="recomputed layers"),
+    ] = None  # fmt: skip
     sequence_parallel: Annotated[
         bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")
     ] = False

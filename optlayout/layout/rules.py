@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from optlayout.errors import InputError
-from optlayout.layout.stages import stage_split, vp_fits
+from optlayout.layout.stages import chunk_layer_counts, stage_split, vp_fits
 
 if TYPE_CHECKING:
     from optlayout.layout.model import Layout
@@ -25,6 +25,8 @@ def field_conflicts(values: Mapping[str, object]) -> list[str]:
         problems.append("sequence_parallel needs tp > 1")
     if isinstance(vp, int) and vp > 1 and pp == 1:
         problems.append("vp > 1 needs pp > 1")
+    if values.get("recompute_layers") is not None and values.get("recompute", "full") != "full":
+        problems.append("recompute_layers needs recompute=full")
     if pp == 1 and (values.get("first_stage_layers") or values.get("last_stage_layers")):
         problems.append("first_stage_layers/last_stage_layers need pp > 1")
     cp, dp, ep, etp = values.get("cp"), values.get("dp"), values.get("ep"), values.get("etp")
@@ -115,6 +117,12 @@ def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -
         counts = []
     if layout.vp > 1 and counts and not vp_fits(counts, layout.vp):
         problems.append(f"layers per stage {sorted(set(counts))} cannot be split into vp ({layout.vp}) chunks")
+    largest_chunk = max(chunk_layer_counts(counts, layout.vp)) if counts else 0
+    if layout.recompute_layers is not None and counts and layout.recompute_layers > largest_chunk:
+        problems.append(
+            f"recompute_layers ({layout.recompute_layers}) exceeds the layers of the largest model chunk "
+            f"({largest_chunk}); leave it out to recompute them all"
+        )
     if layout.vp > 1 and layout.grad_accum % layout.pp:
         problems.append(f"interleaved schedule needs micro-batches ({layout.grad_accum}) divisible by pp ({layout.pp})")
     if layout.pp > 1 and layout.grad_accum < layout.pp:

@@ -139,3 +139,55 @@ def _rank_kinds(
             held.update(dict(chunk))
         out.append(tuple(sorted(held.items())))
     return tuple(out)
+
+
+def recomputed_in_chunk(chunk_layers: int, recompute_layers: int | None) -> int:
+    """Layers of a model chunk that full recomputation re-runs: Megatron's block method recomputes the first
+    `recompute_layers` of each chunk (a TransformerBlock: one virtual stage) and keeps every activation of the
+    rest (transformer_block.py `_checkpointed_forward`); None recomputes them all."""
+    return chunk_layers if recompute_layers is None else min(recompute_layers, chunk_layers)
+
+
+def rank_chunk_recomputed(
+    kinds: tuple[K, ...], layout: Layout
+) -> tuple[tuple[tuple[ChunkKinds[K], ChunkKinds[K]], ...], ...]:
+    """For each pipeline rank and each of its virtual chunks: (the kinds of the layers full recomputation re-runs,
+    the kinds of the layers it keeps whole), as `recomputed_in_chunk` splits the chunk; cached per split."""
+    return _rank_chunk_recomputed(kinds, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+                                  layout.recompute_layers)  # fmt: skip
+
+
+@lru_cache(maxsize=4096)
+def _rank_chunk_recomputed(
+    kinds: tuple[K, ...], pp: int, vp: int, first: int | None, last: int | None, recompute_layers: int | None
+) -> tuple[tuple[tuple[ChunkKinds[K], ChunkKinds[K]], ...], ...]:
+    from optlayout.layout.model import Layout
+
+    def counts(layers: range) -> ChunkKinds[K]:
+        return tuple(sorted(Counter(kinds[j] for j in layers).items()))
+
+    split = Layout.unchecked(pp=pp, vp=vp, first_stage_layers=first, last_stage_layers=last)
+    out = []
+    for chunks in rank_layers(len(kinds), split):
+        cuts = [(c, c.start + recomputed_in_chunk(len(c), recompute_layers)) for c in chunks]
+        out.append(tuple((counts(range(c.start, cut)), counts(range(cut, c.stop))) for c, cut in cuts))
+    return tuple(out)
+
+
+def rank_recomputed_kinds(kinds: tuple[K, ...], layout: Layout) -> tuple[ChunkKinds[K], ...]:
+    """For each pipeline rank, how many layers of each kind full recomputation re-runs over all its chunks."""
+    out = []
+    for chunks in rank_chunk_recomputed(kinds, layout):
+        held: Counter[K] = Counter()
+        for recomputed, _ in chunks:
+            held.update(dict(recomputed))
+        out.append(tuple(sorted(held.items())))
+    return tuple(out)
+
+
+def recomputed_share(layers: int, layout: Layout) -> float:
+    """The share of the model's layers that full recomputation re-runs (1 for all)."""
+    if layout.recompute_layers is None:
+        return 1.0
+    kinds = (None,) * layers
+    return sum(n for chunks in rank_chunk_recomputed(kinds, layout) for rec, _ in chunks for _, n in rec) / layers

@@ -177,7 +177,7 @@ def _label(planned: PlannedLayout) -> str:
     if lay.sharding.value != "none":
         parts.append(lay.sharding.value)
     if lay.recompute.value != "none":
-        parts.append(f"rc-{lay.recompute.value}")
+        parts.append(f"rc-{lay.recompute.value}" + (f"{lay.recompute_layers}" if lay.recompute_layers else ""))
     return f"#{planned.rank} " + " ".join(parts)
 
 

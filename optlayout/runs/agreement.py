@@ -84,7 +84,7 @@ class RankSpace:
         if layout not in self._feasible:
             cand = None
             if self.table.state_fits(layout, self.capacity):
-                cand = self.table.candidate(layout)
+                cand = self.table.candidate(self.table.fewest_recomputed(layout, self.capacity))
                 cand = cand if passes_limits(cand, self.limits) else None
             self._feasible[layout] = cand
         return self._feasible[layout]

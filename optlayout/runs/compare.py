@@ -126,7 +126,7 @@ class GroupRanking:
                 break
             i, fitting = found[id(group)]
             for choice in fitting:
-                cand = table.candidate(group.layout(*choice))
+                cand = table.candidate(table.fewest_recomputed(group.layout(*choice), cap_bytes))
                 if passes_limits(cand, limits):
                     evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)

@@ -554,6 +554,8 @@ def megatron_facts(text: str) -> LogFacts:
         layout["sharding"] = "zero1" if _true(args["use_distributed_optimizer"]) else "none"
     if "recompute_granularity" in args:
         layout["recompute"] = {"selective": "selective", "full": "full"}.get(args["recompute_granularity"], "none")
+        if layout["recompute"] == "full" and args.get("recompute_method") == "block":  # uniform: every layer
+            layout["recompute_layers"] = _int(args.get("recompute_num_layers"))
     facts.layout = layout or None
     if _true(args.get("bf16")) or _true(args.get("fp16")):
         fp8 = args.get("fp8")

@@ -65,7 +65,9 @@ def _pins(record: RunRecord) -> dict[str, Any]:
 def predict_run(
     record: RunRecord, params: CostParams = DEFAULT_PARAMS, topology: Topology | None = None
 ) -> RunPrediction:
-    """Fill unpublished layout fields with the solver's best choice consistent with the published ones.
+    """Fill unpublished layout fields with the solver's best choice consistent with the published ones (an
+    unpublished recomputation: the fastest that fits, with full recomputation of the fewest layers that fit; a
+    published `full` without its layer count recomputes every layer).
 
     The published run did run, so if no completion fits the memory model, the fastest completion is used
     anyway, in the solver's order without the memory constraint (the prediction then says `fits: false`,
@@ -83,6 +85,8 @@ def predict_run(
     if not layouts:
         problems = _explain_illegal(record, job)
         raise InputError(f"run {record.id}: no legal layout matches the published fields ({problems})")
+    if "recompute" not in pins:  # unpublished: the least recomputation that fits, down to the layers of full
+        layouts = [problem.table.fewest_recomputed(lay, problem.capacity_bytes) for lay in layouts]
     candidates = [problem.table.candidate(lay) for lay in layouts]
     ranked = solve_top_k(candidates, Limits(problem.capacity_bytes)).ranked
     if ranked:
@@ -90,7 +94,8 @@ def predict_run(
     else:
         scale = throughput_scale(candidates)
         best = min(candidates, key=lambda c: rank_key(c, scale))
-    filled = {k: _plain(getattr(best.layout, k)) for k in record.unknown_layout_fields()}
+    unknown = [k for k in record.unknown_layout_fields() if k != "recompute_layers" or best.layout.recompute == "full"]
+    filled = {k: _plain(getattr(best.layout, k)) for k in unknown}  # a layer count only beside full recomputation
     return RunPrediction(record, best.layout, filled, best.prediction, assumed_fields(record))
 
 

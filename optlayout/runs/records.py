@@ -29,7 +29,20 @@ from optlayout.specs import (
     Precision,
 )
 
-LAYOUT_FIELDS = ("tp", "pp", "cp", "dp", "vp", "ep", "etp", "micro_batch", "sharding", "recompute", "sequence_parallel")
+LAYOUT_FIELDS = (
+    "tp",
+    "pp",
+    "cp",
+    "dp",
+    "vp",
+    "ep",
+    "etp",
+    "micro_batch",
+    "sharding",
+    "recompute",
+    "recompute_layers",
+    "sequence_parallel",
+)
 EXPERT_FIELDS = ("ep", "etp")  # a dense model has none: absent or null, they are 1, not unknown
 
 
@@ -64,7 +77,10 @@ BRIDGE_FLEX_GPUS = frozenset({"gb200", "gb300", "b300"})
 
 class RunLayout(BaseModel):
     """A layout as published: any field may be null (not published). `ep`/`etp` are the expert parallel and expert
-    tensor parallel degrees of a mixture-of-experts model."""
+    tensor parallel degrees of a mixture-of-experts model. `recompute_layers`: with `recompute: full`, the layers
+    recomputed in each model chunk (Megatron's `--recompute-method block --recompute-num-layers N`; per virtual
+    stage); null with `full` means every layer (the uniform method, whole-model checkpointing). Unknown only while
+    `recompute` is: then both are filled with the least recomputation that fits."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -76,6 +92,7 @@ class RunLayout(BaseModel):
     micro_batch: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH)
     sharding: Annotated[Sharding, Strict(False)] | None = None  # the text "zero1" (strict is for the counts)
     recompute: Annotated[Recompute, Strict(False)] | None = None
+    recompute_layers: int | None = Field(None, ge=1, le=MAX_LAYERS)
     sequence_parallel: bool | None = None
     ep: int | None = Field(None, ge=1, le=MAX_GPUS)
     etp: int | None = Field(None, ge=1, le=MAX_GPUS)
@@ -85,7 +102,8 @@ class RunLayout(BaseModel):
 
     def unknown(self, experts: bool = False) -> list[str]:
         """The unpublished fields; the expert degrees only for a model with `experts` (dense: ep = etp = 1)."""
-        return [k for k in LAYOUT_FIELDS if getattr(self, k) is None and (experts or k not in EXPERT_FIELDS)]
+        return [k for k in LAYOUT_FIELDS if getattr(self, k) is None and (experts or k not in EXPERT_FIELDS)
+                and (k != "recompute_layers" or self.recompute is None)]  # fmt: skip
 
 
 class Measured(BaseModel):

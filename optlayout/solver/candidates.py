@@ -42,6 +42,7 @@ from optlayout.cost.memory import (
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
+from optlayout.layout.stages import chunk_layer_counts, stage_split
 from optlayout.solver.space import LayoutGroup
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 from optlayout.timings import PhaseClock
@@ -223,6 +224,38 @@ class CostTable:
     def predict(self, layout: Layout) -> Prediction:
         return self.candidate(layout).prediction
 
+    def fewest_recomputed(self, layout: Layout, capacity_bytes: float) -> Layout:
+        """The layout the search evaluates for a layout of its space: with recompute=full and no layer count, the
+        fewest recomputed layers per model chunk whose memory fits `capacity_bytes` (every layer when no fewer fit);
+        any other layout as it is.
+
+        Memory falls as the count grows (a recomputed layer keeps only its input, less than all it keeps
+        otherwise), so bisection finds it. And a step is never faster for recomputing more: each more layer adds
+        its forward to the backward, and what that longer backward hides of the pipeline sends and the gradient
+        reduction is at most what it adds (tests/test_partial_recompute.py checks it on the cost model). So of a
+        layout's layer counts that fit, the fewest is the fastest and the search holds that one alone."""
+        if layout.recompute != Recompute.full or layout.recompute_layers is not None:
+            return layout
+        largest = max(chunk_layer_counts(stage_split(layout, self.model.layers), layout.vp))
+        cap = capacity_mib(capacity_bytes)
+
+        def with_layers(n: int) -> Layout:
+            return Layout.unchecked(**{**dict(layout), "recompute_layers": n})
+
+        def fits(n: int) -> bool:
+            return memory_mib(self.memory_bytes(with_layers(n))) <= cap
+
+        if largest <= 1 or not fits(largest - 1):
+            return layout
+        lo, hi = 1, largest - 1  # the fewest that fits lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return with_layers(lo)
+
     def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
         """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
         recomputation and schedule of the same degrees and sharding (activations only add)."""
@@ -299,6 +332,8 @@ class CostTable:
                     if unrecomputed.get(sp, math.inf) < threshold:
                         continue
                     probe = group.layout(group.shardings[0], recompute, sp)  # sharding changes no floor term
+                    if probe.recompute == Recompute.full and probe.recompute_layers is None:
+                        probe = _one_recomputed(probe)  # the least recomputation the search may take
                     started_s = time.perf_counter()
                     floor_s = step_floor_s(self.model, self.job, probe, self.gpu, self.links(probe), self.params,
                                            self._memo)  # fmt: skip
@@ -328,11 +363,15 @@ class CostTable:
                     if floor_mib > cap_mib or memory_mib(self.memory_bytes(lay)) > cap_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
                         continue  # it cannot fit (its first stage alone, or the fullest): no step time
-                    cand = self.candidate(lay)
+                    cand = self.candidate(self.fewest_recomputed(lay, capacity_bytes))  # it fits: so does this
                     if passes_limits(cand, limits):
                         kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
                     out.append(cand)
                     variant_tps = variant_bound(lay, cand.evaluation.times, self.job.seq_len)
+                    if variant_tps < threshold and lay.recompute == Recompute.full and lay.recompute_layers is None:
+                        # another sharding may fit fewer recomputed layers: bound it with the fewest, one
+                        fewest = _one_recomputed(lay)
+                        variant_tps = variant_bound(fewest, self.times(fewest), self.job.seq_len)
                     if recompute == Recompute.none:
                         unrecomputed[sp] = min(variant_tps, unrecomputed.get(sp, math.inf))
                     if variant_tps < threshold:
@@ -373,6 +412,11 @@ class CostTable:
                     heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, g))
             else:
                 yield -priority, entry
+
+
+def _one_recomputed(layout: Layout) -> Layout:
+    """The layout with full recomputation of one layer per model chunk."""
+    return Layout.unchecked(**{**dict(layout), "recompute_layers": 1})
 
 
 def peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optlayout.cost import Prediction
-from optlayout.layout.model import SEARCHED_AXES, Layout
+from optlayout.layout.model import SEARCHED_AXES, Layout, Recompute
 from optlayout.specs import JobSpec
 
 _TERM_NAMES = {
@@ -51,10 +51,18 @@ def why_it_lost(layout: Layout, pred: Prediction, best_layout: Layout, best_pred
     """One line: the two terms that cost the layout most against the best, and what differs in the layout."""
     losses = [d for d in term_deltas(layout, pred, best_layout, best_pred, job) if d.delta_us_per_token > 0]
     changed = [
-        f"{a.name}={getattr(getattr(layout, a.name), 'value', getattr(layout, a.name))}"
+        f"{a.name}={_shown(layout, a.name)}"
         for a in SEARCHED_AXES
         if a.name != "grad_accum" and getattr(layout, a.name) != getattr(best_layout, a.name)
-    ]
+        and (a.name != "recompute_layers" or layout.recompute == Recompute.full)  # a count only full recomputation has
+    ]  # fmt: skip
     gap = 1 - pred.tokens_per_s_per_gpu / best_pred.tokens_per_s_per_gpu if best_pred.tokens_per_s_per_gpu else 0
     terms = ", ".join(f"{d.term} +{d.delta_us_per_token:.2f} us/token" for d in losses[:2]) or "ties on every term"
     return f"{gap:.1%} slower ({', '.join(changed) or 'same degrees'}): {terms}"
+
+
+def _shown(layout: Layout, name: str) -> object:
+    value = getattr(layout, name)
+    if value is None and name == "recompute_layers":
+        return "all"
+    return getattr(value, "value", value)

@@ -36,7 +36,7 @@ def oracle_ranking(
     walk_all = dataclasses.replace(options, all_grad_accum=True)
     feasible = []
     for layout in enumerate_layouts(model, job, gpus, domain_size, walk_all):
-        cand = table.candidate(layout)
+        cand = table.candidate(table.fewest_recomputed(layout, limits.memory_capacity_bytes))
         if passes_limits(cand, limits):
             feasible.append(cand)
     scale = throughput_scale(feasible)

@@ -76,10 +76,14 @@ def space_options(
         name = normalize_key(key)
         if not _PINNABLE[name].numeric:
             raise InputError(f"max: {name} is not a number; use --pin or --exclude")
+        if name == "recompute_layers":
+            raise InputError("max: recompute_layers is searched as the fewest that fit; pin it to fix it")
         maxed[name] = int(str(coerce_value(name, value)))
     excluded = {
         normalize_key(k): frozenset(coerce_value(normalize_key(k), v) for v in vs) for k, vs in (exclude or {}).items()
     }
+    if "recompute_layers" in excluded:
+        raise InputError("exclude: recompute_layers is searched as the fewest that fit; pin it to fix it")
     for problem in field_conflicts(pinned):
         raise InputError(f"pin: {problem}")
     bubble = switches.get("max_bubble_fraction")
@@ -151,13 +155,15 @@ class LayoutGroup:
     shardings: tuple[Sharding, ...]
     recomputes: tuple[Recompute, ...]
     sequence_parallel: tuple[bool, ...]
+    recompute_layers: int | None = None  # pinned; else the search takes the fewest that fit (`fewest_recomputed`)
 
     def __len__(self) -> int:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
 
     def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
         # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat
-        return Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute,
+        layers = self.recompute_layers if recompute == Recompute.full else None
+        return Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute, recompute_layers=layers,
                                 sequence_parallel=sequence_parallel)  # fmt: skip
 
     def layouts(self) -> Iterator[Layout]:
@@ -193,6 +199,8 @@ def enumerate_groups(
     lo, hi = batch_targets(job)
     shardings = tuple(s for s in Sharding if _allowed(options, "sharding", s))
     recomputes = tuple(r for r in Recompute if _allowed(options, "recompute", r))
+    if options.pins.get("recompute_layers") is not None:  # a layer count is full recomputation's
+        recomputes = tuple(r for r in recomputes if r == Recompute.full)
     if not shardings or not recomputes:
         return
     for tp in tp_choices(model, gpus, domain_size, options):
@@ -233,6 +241,10 @@ def _groups(
     dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
     counts = set(stage_layer_counts(model.layers, pp, first, last))
     vps = [v for v in range(1, options.max_vp + 1) if v == 1 or (pp > 1 and vp_fits(counts, v))]
+    pinned = options.pins.get("recompute_layers")
+    pinned_layers = pinned if isinstance(pinned, int) else None
+    if pinned_layers is not None:  # a pinned layer count within the largest model chunk
+        vps = [v for v in vps if pinned_layers <= max(counts) // v]
     for dp in dps:
         if not _allowed(options, "dp", dp) or dp > hi:
             continue
@@ -252,7 +264,7 @@ def _groups(
                         degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "ep": ep, "etp": etp,
                                    "micro_batch": mb, "grad_accum": ga, "first_stage_layers": first,
                                    "last_stage_layers": last}  # fmt: skip
-                        yield LayoutGroup(degrees, group_shardings, recomputes, sps)
+                        yield LayoutGroup(degrees, group_shardings, recomputes, sps, pinned_layers)
 
 
 def _micro_batches(options: SpaceOptions, dp: int, hi: int) -> list[int]:
