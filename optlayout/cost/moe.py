@@ -25,7 +25,7 @@ from typing import Any
 from optlayout.cost import comm
 from optlayout.cost.attention import ACT_BYTES
 from optlayout.cost.params import CostParams
-from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
+from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute
 
 MLP_SAVED_VALUES = {"swiglu": 3, "gelu": 2, "relu2": 2}  # FFN internals kept per unit of width (fused SwiGLU: 3)
 
@@ -164,10 +164,12 @@ def _comm_s(
     return forward, backward
 
 
-def overlap_allowed(job: JobSpec, layout: Layout, full_recompute: bool) -> bool:
+def overlap_allowed(job: JobSpec, layout: Layout, any_pipeline: bool = False) -> bool:
     """Megatron's --overlap-moe-expert-parallel-comm applies: asked for, ep > 1, vp > 1 when pp > 1, no full
-    recomputation (transformer_config.py, moe.md 1.3)."""
-    return job.moe_ep_overlap and layout.ep > 1 and (layout.pp == 1 or layout.vp > 1) and not full_recompute
+    recomputation (transformer_config.py L3002-3046, moe.md 1.3); `any_pipeline` drops the pipeline rule (for a
+    bound over every pp and vp)."""
+    pipeline_ok = any_pipeline or layout.pp == 1 or layout.vp > 1
+    return job.moe_ep_overlap and layout.ep > 1 and pipeline_ok and layout.recompute != Recompute.full
 
 
 def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool) -> float:

@@ -242,7 +242,7 @@ def stage_times(
     fwd_s = bwd_s = tp_s = cp_s = ep_s = 0.0
     full = layout.recompute == Recompute.full
     if overlapped is None:
-        overlapped = overlap_allowed(job, layout, full)
+        overlapped = overlap_allowed(job, layout)
     rerun = [n if full else 0 for _, n in mix] if recomputed is None or not full else list(recomputed)
     layers = [(lt, n, r) for (lt, n), r in zip(mix, rerun, strict=True)]
     if last and mtp is not None and model.mtp_layers:
@@ -430,7 +430,7 @@ def whole_model_s(
 ) -> float:
     """One micro-batch through every layer and the output, as if on one stage, with EP overlap wherever the job
     asks for it: the sum over the stages of their per-micro-batch times, or less, for any pp and vp."""
-    overlapped = job.moe_ep_overlap and layout.ep > 1 and layout.recompute != Recompute.full
+    overlapped = overlap_allowed(job, layout, any_pipeline=True)
     whole_rerun = None  # the layers of each kind full recomputation re-runs over all the stages
     if (per_rank := _recomputed_mixes(model, layout))[0] is not None:
         whole_rerun = tuple(sorted(sum((Counter(dict(mix)) for mix in per_rank if mix), Counter()).items()))
@@ -471,7 +471,7 @@ def _stage(
         return lt
 
     if overlapped is None:
-        overlapped = overlap_allowed(job, layout, layout.recompute == Recompute.full)
+        overlapped = overlap_allowed(job, layout)
     skey = (*lkey, layout.recompute, overlapped, mix, first, last, recomputed)
     st = memo.get(skey) if memo is not None else None
     if st is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 from typing import Literal
 
+from optlayout.cost.moe import overlap_allowed
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
 from optlayout.errors import OptlayoutError, UnsupportedError
@@ -119,8 +120,7 @@ def _moe_problems(model: ModelSpec, job: JobSpec, layout: Layout, problems: list
     if job.moe_ep_overlap:
         rule = ("--overlap-moe-expert-parallel-comm needs ep > 1, vp > 1 when pp > 1, no full recomputation, at most "
                 "one MTP layer (transformer_config.py L3002-3046)")  # fmt: skip
-        ok = ep > 1 and (layout.pp == 1 or layout.vp > 1) and layout.recompute != Recompute.full
-        _rule(problems, ok and model.mtp_layers <= 1, rule, format_layout(layout))
+        _rule(problems, overlap_allowed(job, layout) and model.mtp_layers <= 1, rule, format_layout(layout))
 
 
 def _rule(problems: list[str], ok: bool, name: str, detail: str) -> None:
