@@ -72,8 +72,8 @@ def layer_ms(proxy: str, dispatcher: str, precision: str, params: CostParams) ->
     links = comm.group_links(topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=8)), layout)
     moe = layer_times(moe_model, job, layout, gpu, links, params, LayerKind(True, False))
     attention = layer_times(twin, job, layout, gpu, links, params, DENSE_LAYER)
-    with_moe = stage_times(moe_model, job, layout, gpu, params, ((moe, 1),), False, False)
-    without = stage_times(twin, job, layout, gpu, params, ((attention, 1),), False, False)
+    with_moe = stage_times(moe_model, job, layout, gpu, params, ((moe, 1),), False)
+    without = stage_times(twin, job, layout, gpu, params, ((attention, 1),), False)
     fwd = with_moe.compute_fwd_s - without.compute_fwd_s + moe.ep_comm_fwd_s
     bwd = with_moe.compute_bwd_s - without.compute_bwd_s + moe.ep_comm_bwd_s
     return fwd * 1e3, bwd * 1e3

@@ -153,7 +153,7 @@ def test_ring_attention_exposes_each_step_that_its_exchange_outlasts() -> None:
     lt = LayerTimes(gemm_fwd_s=0.0, attention_fwd_s=4e-3, elementwise_fwd_s=0.0, tp_comm_fwd_s=0.0, cp_comm_fwd_s=6e-3)
     model = model_preset("llama3.1-8b")
     st = stage_times(model, JobSpec(seq_len=8192, global_batch=8), Layout(cp=4, dp=2), H100, DEFAULT_PARAMS,
-                     ((lt, 1),), False, False)  # fmt: skip
+                     ((lt, 1),), False)  # fmt: skip
     assert st.cp_exposed_s == pytest.approx(7.5e-3)
 
 

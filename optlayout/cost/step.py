@@ -229,7 +229,6 @@ def stage_times(
     gpu: GpuSpec,
     params: CostParams,
     mix: tuple[tuple[LayerTimes, int], ...],
-    first: bool,
     last: bool,
     mtp: LayerTimes | None = None,
     overlapped: bool | None = None,
@@ -406,9 +405,9 @@ def _slowest_stage(
     """The slowest stage's times per micro-batch and the layers it holds."""
     held = rank_kinds(model.layer_kinds, layout)
     rerun = _recomputed_mixes(model, layout)
-    shapes = {(mix, i == 0, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}  # stages alike cost alike
-    stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, first, last, recomputed=r),
-               sum(n for _, n in mix)) for mix, first, last, r in sorted(shapes)]  # fmt: skip
+    shapes = {(mix, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}  # stages alike cost alike
+    stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r),
+               sum(n for _, n in mix)) for mix, last, r in sorted(shapes)]  # fmt: skip
     return max(stages, key=lambda stage: stage[0].total_s)
 
 
@@ -434,7 +433,7 @@ def whole_model_s(
     whole_rerun = None  # the layers of each kind full recomputation re-runs over all the stages
     if (per_rank := _recomputed_mixes(model, layout))[0] is not None:
         whole_rerun = tuple(sorted(sum((Counter(dict(mix)) for mix in per_rank if mix), Counter()).items()))
-    return _stage(model, job, layout, gpu, links, params, memo, _whole_mix(model.layer_kinds), True, True,
+    return _stage(model, job, layout, gpu, links, params, memo, _whole_mix(model.layer_kinds), True,
                   overlapped, whole_rerun).total_s  # fmt: skip
 
 
@@ -452,7 +451,6 @@ def _stage(
     params: CostParams,
     memo: dict[tuple[object, ...], Any] | None,
     mix: tuple[tuple[LayerKind, int], ...],
-    first: bool,
     last: bool,
     overlapped: bool | None = None,
     recomputed: tuple[tuple[LayerKind, int], ...] | None = None,
@@ -472,12 +470,12 @@ def _stage(
 
     if overlapped is None:
         overlapped = overlap_allowed(job, layout)
-    skey = (*lkey, layout.recompute, overlapped, mix, first, last, recomputed)
+    skey = (*lkey, layout.recompute, overlapped, mix, last, recomputed)
     st = memo.get(skey) if memo is not None else None
     if st is None:
         mtp = times_of(mtp_kind(model)) if last and model.mtp_layers else None
         rerun = None if recomputed is None else tuple(dict(recomputed).get(k, 0) for k, _ in mix)
-        st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), first, last, mtp,
+        st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), last, mtp,
                          overlapped, rerun)  # fmt: skip
         if memo is not None:
             memo[skey] = st
