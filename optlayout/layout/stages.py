@@ -175,9 +175,18 @@ def _rank_chunk_recomputed(
 
 
 def rank_recomputed_kinds(kinds: tuple[K, ...], layout: Layout) -> tuple[ChunkKinds[K], ...]:
-    """For each pipeline rank, how many layers of each kind full recomputation re-runs over all its chunks."""
+    """For each pipeline rank, how many layers of each kind full recomputation re-runs over all its chunks; cached
+    per split."""
+    return _rank_recomputed_kinds(kinds, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+                                  layout.recompute_layers)  # fmt: skip
+
+
+@lru_cache(maxsize=4096)
+def _rank_recomputed_kinds(
+    kinds: tuple[K, ...], pp: int, vp: int, first: int | None, last: int | None, recompute_layers: int | None
+) -> tuple[ChunkKinds[K], ...]:
     out = []
-    for chunks in rank_chunk_recomputed(kinds, layout):
+    for chunks in _rank_chunk_recomputed(kinds, pp, vp, first, last, recompute_layers):
         held: Counter[K] = Counter()
         for recomputed, _ in chunks:
             held.update(dict(recomputed))
