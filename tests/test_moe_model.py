@@ -317,3 +317,13 @@ def test_qwen3_query_key_norms_by_hand() -> None:
         AttentionSpec(kind="mla", kv_lora_rank=512, qk_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, qk_norm=True)
     args = megatron_args(qwen, JobSpec(seq_len=4096, global_batch=64), parse_layout("dp=8,ep=8,ga=8"))
     assert "--qk-layernorm" in args
+
+
+def test_deepseek_v2_configs_keep_their_softmax_router_and_null_groups() -> None:
+    cfg = json.loads((HF / "deepseek_v3.json").read_text())
+    v2 = model_from_hf_config(cfg | {"scoring_func": "softmax", "n_group": None, "topk_group": None,
+                                     "routed_scaling_factor": None})  # fmt: skip  # DeepseekV2Config's defaults
+    assert v2.moe.router_score == "softmax" and v2.moe.router_groups is None and v2.moe.router_scaling == 2.5
+    assert "--moe-router-enable-expert-bias" not in megatron_args(
+        v2, JobSpec(seq_len=4096, global_batch=64), parse_layout("pp=16,dp=16,ep=16,ga=4,first=3,last=2")
+    )

@@ -175,3 +175,32 @@ def test_why_it_lost_names_the_layer_count_only_with_full_recomputation() -> Non
     assert "(recompute_layers=all)" in why_it_lost(full, table.predict(full), best, table.predict(best), JOB)
     slower = why_it_lost(best, table.predict(best), none, table.predict(none), JOB)
     assert "(recompute=full, recompute_layers=2)" in slower
+
+
+def test_a_shared_memo_keeps_each_split_of_recomputed_layers_apart() -> None:
+    """Middle stages holding the same layer kinds in another order split differently under partial recomputation:
+    the stage states cached for one layout must not serve another (found by review: a zip length error)."""
+    from optlayout.model import MoeSpec
+
+    flags = (1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1)
+    model = ModelSpec(name="toy", layers=16, hidden=1024, ffn=4096, heads=8, kv_heads=8, vocab=32000,
+                      moe=MoeSpec(experts=8, top_k=2, expert_ffn=4096, layer_freq=flags))  # fmt: skip
+    job = JobSpec(seq_len=2048, global_batch=8)
+    memo: dict = {}
+    plain = parse_layout("pp=4,dp=2,ga=4")
+    partial = Layout.unchecked(**{**dict(plain), "recompute": Recompute.full, "recompute_layers": 1})
+    for layout in (plain, partial):
+        shared = memory_per_gpu(model, job, layout, DEFAULT_PARAMS, memo)
+        assert shared == memory_per_gpu(model, job, layout, DEFAULT_PARAMS)  # the same as without the memo
+
+
+def test_torchtitan_every_block_covers_a_count_as_large_as_the_largest_chunk() -> None:
+    """32 layers on 3 stages are chunks of 11 and 10: N = 11 recomputes every layer of both (min(N, chunk)), which
+    torchtitan 0.2.2's every-block selective AC (k = 1) does; N = 5 has no k."""
+    from optlayout.emit.torchtitan import _layer_ac_frequency
+    from optlayout.presets import model_preset
+
+    model = model_preset("llama3.1-8b")
+    assert _layer_ac_frequency(model, parse_layout("pp=3,dp=2,ga=4,recompute=full,rl=11"), "0.2.2") == 1
+    with pytest.raises(OptlayoutError, match="checkpoints 5 of each chunk of"):
+        _layer_ac_frequency(model, parse_layout("pp=3,dp=2,ga=4,recompute=full,rl=5"), "0.2.2")

@@ -165,3 +165,11 @@ def test_robust_needs_held_out_errors(cli, tmp_path) -> None:
     assert all("support" not in row for row in json.loads(proc.stdout)["layouts"])
     proc = cli(*SOLVE, "--robust", "--calibration", str(path))
     assert proc.returncode == 2 and "no held-out errors" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_robust_plan_is_not_replanned_without_its_intervals(cli, tmp_path) -> None:
+    plan = tmp_path / "robust.json"
+    assert cli(*SOLVE, "--robust", "--save", str(plan)).returncode == 0
+    proc = cli("solve", "--from-plan", str(plan), "--gpus", "16")
+    assert proc.returncode != 0 and "ranked with --robust" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

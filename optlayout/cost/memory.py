@@ -283,8 +283,9 @@ def _fullest_stage(
         widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
                      for k in set(model.layer_kinds))  # fmt: skip
         buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+    partial = layout.recompute_layers if layout.recompute == Recompute.full else None  # it moves candidate stages
     skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding, partial)  # fmt: skip
     states: list[tuple[float, float, float]] | None = memo.get(skey) if memo is not None else None
     if states is None:
         states = [stage_state_bytes(per_stage[stage], job, layout) for stage, _ in stage_acts]

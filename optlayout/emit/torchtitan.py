@@ -38,7 +38,7 @@ from optlayout.emit._checks import (
     stage_layers,
 )
 from optlayout.errors import UnsupportedError
-from optlayout.layout.stages import chunk_layer_counts, vp_fits
+from optlayout.layout.stages import chunk_layer_counts, recomputed_in_chunk, vp_fits
 from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, RopeScaling, Sharding
 
@@ -198,9 +198,10 @@ def _layer_ac_frequency(model: ModelSpec, layout: Layout, version: str) -> int:
             "0.2.2 (selective_ac_option) or leave recompute_layers out"
         )
     chunks = set(chunk_layer_counts(stage_layers(model, layout, _WHO), layout.vp))
-    n = layout.recompute_layers or 0
+    n = layout.recompute_layers
+    assert n is not None  # the caller emits a layer count only when one is set
     for k in range(1, max(chunks) + 1):
-        if all(c % k == 0 and c // k == n for c in chunks):
+        if all(c % k == 0 and c // k == recomputed_in_chunk(c, n) for c in chunks):
             return k
     raise UnsupportedError(
         f"{rule}: no 'every k-th layer' (selective_ac_option) checkpoints {n} of each chunk of {sorted(chunks)} layers"

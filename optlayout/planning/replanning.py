@@ -205,6 +205,8 @@ def replan(
     works on `gpus`, with the nearest GPU counts that do.
     """
     old = Plan.load(plan) if isinstance(plan, (str, Path)) else plan
+    if old.robust:  # its order came from the calibration's intervals, which a plan does not carry
+        raise UnsupportedError("replan: the plan was ranked with --robust; solve the new cluster with --robust instead")
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
         raise InputError(f"replan: gpus must be a whole number from 1 to {MAX_GPUS:,} (got {gpus!r})")
     options = space_options(pins, maxima, exclude, **switches)

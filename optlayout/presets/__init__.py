@@ -256,12 +256,13 @@ def _hf_moe(cfg: dict[str, Any], kind: str, layers: int) -> dict[str, Any] | Non
     if "first_k_dense_replace" in cfg or "n_routed_experts" in cfg:  # DeepseekV3Config (+ remote code's freq)
         moe["dense_layers"] = cfg.get("first_k_dense_replace") or 0
         moe["layer_freq"] = cfg.get("moe_layer_freq") or 1
-        moe["router_bias"] = True  # DeepseekV3TopkRouter's e_score_correction_bias
+        moe["router_bias"] = cfg.get("topk_method", "noaux_tc") == "noaux_tc"  # V3's e_score_correction_bias
         # its sigmoid scores and group-limited top-k, with DeepseekV3Config's defaults (8 groups of which 4, x2.5)
-        moe |= {"router_score": "sigmoid", "router_scaling": cfg.get("routed_scaling_factor", 2.5)}
-        groups = cfg.get("n_group", 8)
+        score = cfg.get("scoring_func") or "sigmoid"  # DeepSeek-V2's configs say softmax
+        moe |= {"router_score": score, "router_scaling": cfg.get("routed_scaling_factor") or 2.5}
+        groups = cfg.get("n_group", 8) or 1  # DeepseekV2Config's default is null: no group limit
         if groups > 1:
-            moe |= {"router_groups": groups, "router_group_top_k": cfg.get("topk_group", 4)}
+            moe |= {"router_groups": groups, "router_group_top_k": cfg.get("topk_group") or 4}
     else:
         flags = _hf_moe_layer_flags(cfg, layers)
         if not all(flags):

@@ -18,7 +18,7 @@ POSITIVE = (
 )  # fmt: skip
 NON_NEGATIVE = ("n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers")
 INT_LISTS = ("moe_layers", "mlp_only_layers")
-TEXT = ("hidden_act", "activation_function", "_name_or_path", "model_type")
+TEXT = ("hidden_act", "activation_function", "_name_or_path", "model_type", "scoring_func", "topk_method")
 FLAGS = ("tie_word_embeddings", "attention_bias", "use_sliding_window", "alibi")
 NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "routed_scaling_factor")  # > 0
 OBJECTS = ("rope_scaling", "rope_parameters", "attn_config")

@@ -239,11 +239,8 @@ class CostTable:
         largest = max(chunk_layer_counts(stage_split(layout, self.model.layers), layout.vp))
         cap = capacity_mib(capacity_bytes)
 
-        def with_layers(n: int) -> Layout:
-            return Layout.unchecked(**{**dict(layout), "recompute_layers": n})
-
         def fits(n: int) -> bool:
-            return memory_mib(self.memory_bytes(with_layers(n))) <= cap
+            return memory_mib(self.memory_bytes(_with_recomputed_layers(layout, n))) <= cap
 
         if largest <= 1 or not fits(largest - 1):
             return layout
@@ -254,7 +251,7 @@ class CostTable:
                 hi = mid
             else:
                 lo = mid + 1
-        return with_layers(lo)
+        return _with_recomputed_layers(layout, lo)
 
     def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
         """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
@@ -333,7 +330,7 @@ class CostTable:
                         continue
                     probe = group.layout(group.shardings[0], recompute, sp)  # sharding changes no floor term
                     if probe.recompute == Recompute.full and probe.recompute_layers is None:
-                        probe = _one_recomputed(probe)  # the least recomputation the search may take
+                        probe = _with_recomputed_layers(probe, 1)  # the least recomputation the search may take
                     started_s = time.perf_counter()
                     floor_s = step_floor_s(self.model, self.job, probe, self.gpu, self.links(probe), self.params,
                                            self._memo)  # fmt: skip
@@ -370,7 +367,7 @@ class CostTable:
                     variant_tps = variant_bound(lay, cand.evaluation.times, self.job.seq_len)
                     if variant_tps < threshold and lay.recompute == Recompute.full and lay.recompute_layers is None:
                         # another sharding may fit fewer recomputed layers: bound it with the fewest, one
-                        fewest = _one_recomputed(lay)
+                        fewest = _with_recomputed_layers(lay, 1)
                         variant_tps = variant_bound(fewest, self.times(fewest), self.job.seq_len)
                     if recompute == Recompute.none:
                         unrecomputed[sp] = min(variant_tps, unrecomputed.get(sp, math.inf))
@@ -414,9 +411,9 @@ class CostTable:
                 yield -priority, entry
 
 
-def _one_recomputed(layout: Layout) -> Layout:
-    """The layout with full recomputation of one layer per model chunk."""
-    return Layout.unchecked(**{**dict(layout), "recompute_layers": 1})
+def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
+    """The layout with full recomputation of `n` layers per model chunk."""
+    return Layout.unchecked(**{**dict(layout), "recompute_layers": n})
 
 
 def peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
