@@ -173,3 +173,12 @@ def test_a_robust_plan_is_not_replanned_without_its_intervals(cli, tmp_path) -> 
     proc = cli("solve", "--from-plan", str(plan), "--gpus", "16")
     assert proc.returncode != 0 and "ranked with --robust" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_calibration_with_other_quantile_levels_is_refused_naming_the_field(cli, tmp_path) -> None:
+    doc = yaml.safe_load(shipped_calibration_path().read_text())
+    doc["uncertainty"]["levels"] = [0.05, 0.5, 0.95]
+    path = tmp_path / "levels.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = cli(*SOLVE, "--calibration", str(path))
+    assert proc.returncode == 2 and "levels" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -164,13 +164,20 @@ class Uncertainty(BaseModel):
 
     model_config = pydantic.ConfigDict(strict=True, allow_inf_nan=False)
 
-    levels: list[float] = Field(default_factory=lambda: list(LEVELS))
+    levels: list[float] = Field(default_factory=lambda: list(LEVELS), description="the quantiles' levels: LEVELS")
     overall: Quantiles
     unmeasured_gpu: Quantiles | None = Field(None, description="leave-one-GPU-out errors: a GPU no run measured")
     regime_runs: dict[str, int] = Field(default_factory=dict, description="held-out runs in each regime")
     regimes: dict[str, Quantiles] = Field(default_factory=dict, description="regimes with >= MIN_REGIME_RUNS runs")
     support: Support = Field(default_factory=Support)
     coverage: dict[str, Any] = Field(default_factory=dict, description="the interval's coverage, source held out")
+
+    @pydantic.field_validator("levels")
+    @classmethod
+    def _levels_read(cls, levels: list[float]) -> list[float]:
+        if levels != list(LEVELS):  # the interval rule reads low/median/high as these levels
+            raise ValueError(f"must be {list(LEVELS)} (the levels this optlayout reads), got {levels}")
+        return levels
 
     def widest(self) -> tuple[float, float]:
         """The lowest low and highest high quantile stored."""
