@@ -33,6 +33,18 @@ def require(module: str, why: str = "pip install '.[launchers]'") -> ModuleType:
         pytest.skip(message)
 
 
+def torchtitan_022_dir() -> str:
+    """The directory `OPTLAYOUT_TORCHTITAN_022` names, where torchtitan 0.2.2 sits beside the extra's 0.3.0; skip
+    saying how to install it when it is missing, but fail under CI=true (as `require`)."""
+    target = os.environ.get("OPTLAYOUT_TORCHTITAN_022")
+    if not target or not os.path.isdir(os.path.join(target, "torchtitan")):
+        message = "OPTLAYOUT_TORCHTITAN_022 must name a `pip install --no-deps --target DIR torchtitan==0.2.2`"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {message}", pytrace=False)
+        pytest.skip(message)
+    return target
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the real console entry point (`python -m optlayout.cli`) as a user would."""
     return subprocess.run([sys.executable, "-m", "optlayout.cli", *args], capture_output=True, text=True, cwd=ROOT)

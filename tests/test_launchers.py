@@ -24,7 +24,7 @@ import yaml
 
 from optlayout.errors import OptlayoutError
 from optlayout.layout.stages import chunk_layer_counts, stage_layer_counts
-from tests.conftest import FIXTURES, require
+from tests.conftest import FIXTURES, require, torchtitan_022_dir
 from tests.launcher_plans import LAUNCHERS, PLANS, Plan, emit_for
 
 IDS = [p.name for p in PLANS]
@@ -393,12 +393,7 @@ _TT022 = textwrap.dedent(
 
 
 def test_torchtitan_022_config_manager_parallel_dims_and_model(tmp_path):
-    target = os.environ.get("OPTLAYOUT_TORCHTITAN_022")
-    if not target or not os.path.isdir(os.path.join(target, "torchtitan")):
-        message = "OPTLAYOUT_TORCHTITAN_022 must name a `pip install --no-deps --target DIR torchtitan==0.2.2`"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI: {message}", pytrace=False)
-        pytest.skip(message)
+    target = torchtitan_022_dir()
     require("torchtitan", "the launchers extra brings torchtitan's dependencies")
     jobs, plans = [], {}
     for plan in PLANS:

@@ -24,7 +24,7 @@ from optlayout.layout import parse_layout
 from optlayout.layout.ranks import expert_grid
 from optlayout.presets import model_preset
 from optlayout.specs import JobSpec, Layout
-from tests.conftest import require
+from tests.conftest import require, torchtitan_022_dir
 
 MODEL = "qwen3-30b-a3b"
 # (layout, what 0.3.0 refuses, what v0.2.2 refuses); None: emitted
@@ -160,12 +160,7 @@ _TT022 = textwrap.dedent(
 
 
 def test_torchtitan_022_expert_parallelism(tmp_path):
-    target = os.environ.get("OPTLAYOUT_TORCHTITAN_022")
-    if not target or not os.path.isdir(os.path.join(target, "torchtitan")):
-        message = "OPTLAYOUT_TORCHTITAN_022 must name a `pip install --no-deps --target DIR torchtitan==0.2.2`"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI: {message}", pytrace=False)
-        pytest.skip(message)
+    target = torchtitan_022_dir()
     require("torchtitan", "the launchers extra brings torchtitan's dependencies")
     jobs, layouts = [], {}
     for layout, _, refused in PLANS:

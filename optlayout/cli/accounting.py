@@ -97,7 +97,7 @@ def memory_command(
     recompute: Annotated[str, typer.Option("--recompute")] = "none",
     sequence_parallel: Annotated[bool, typer.Option("--sp", help="sequence parallel")] = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
-    grad_bytes: common.GradBytesOpt = 2.0,
+    grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     dropout: common.DropoutOpt = False,
     as_json: common.JsonOpt = False,
 ) -> None:
@@ -198,7 +198,7 @@ def estimate_command(
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
-    grad_bytes: common.GradBytesOpt = 2.0,
+    grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,
     straggler_slowdown: Annotated[

@@ -97,6 +97,14 @@ AttentionKernelOpt = Annotated[
     ),
 ]
 OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]
+
+
+def switched_job_flags(dropout: bool, grad_bytes: float) -> list[str]:
+    """The job switches given other than their defaults (a saved plan carries its own: `--plan`, `--from-plan`)."""
+    return [flag for flag, on in (("--dropout", dropout), ("--grad-bytes", grad_bytes != GRAD_BYTES)) if on]
+
+
+GRAD_BYTES = 2.0  # the default: 16-bit gradient buffers
 GradBytesOpt = Annotated[
     float, typer.Option("--grad-bytes", help="gradient bytes per parameter: 2 (bf16, default) or 4 (fp32 main grads)")
 ]
@@ -227,7 +235,11 @@ def support_arg(
 
 def params_arg(calibration: str | None, gpu: str, precision: str) -> CostParams:
     """The cost parameters for a GPU and precision under `--calibration`."""
-    fitted = calibration_arg(calibration)
+    return params_of(calibration_arg(calibration), gpu, precision)
+
+
+def params_of(fitted: Calibration | None, gpu: str, precision: str) -> CostParams:
+    """A loaded calibration's constants for a GPU and precision; the raw defaults for `--calibration none`."""
     return fitted.params_for(gpu, precision) if fitted is not None else DEFAULT_PARAMS
 
 

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
         precision: Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8")] = "bf16",
         dropout: common.DropoutOpt = False,
-        grad_bytes: common.GradBytesOpt = 2.0,
+        grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
         gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
         overrides: Annotated[bool, typer.Option("--overrides", help="torchtitan 0.2.2: --section.key flags")] = False,
         torchtitan_version: Annotated[
@@ -53,8 +53,8 @@ def register(app: typer.Typer) -> None:
         if not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
             raise InputError(f"gpus-per-node: must be 1 to {MAX_GPUS_PER_SERVER:,} (got {gpus_per_node})")
         if plan is not None:
-            given = (layout, model, model_config, seq_len, dropout or None, None if grad_bytes == 2.0 else grad_bytes)
-            if any(v is not None for v in given):
+            given = (layout, model, model_config, seq_len)
+            if any(v is not None for v in given) or common.switched_job_flags(dropout, grad_bytes):
                 raise InputError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len/"
                                  "--dropout/--grad-bytes")  # fmt: skip
             from optlayout.planning.plan import Plan

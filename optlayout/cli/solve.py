@@ -13,7 +13,6 @@ from rich.table import Table
 from optlayout.cli import command_started_s, common, outputs
 from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec, storage_spec
 from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
-from optlayout.cost import DEFAULT_PARAMS
 from optlayout.errors import InputError
 from optlayout.layout import SEARCHED_AXES
 from optlayout.timings import PhaseClock, timings_json, timings_line
@@ -205,7 +204,7 @@ def solve_command(
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
-    grad_bytes: common.GradBytesOpt = 2.0,
+    grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     headroom: common.HeadroomOpt = 0.05,
     top: Annotated[int, typer.Option("--top", help="how many layouts")] = 5,
     pin: PinOpt = None,
@@ -262,9 +261,8 @@ def solve_command(
         job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
                                     ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
                                     ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch),
-                                    ("--attention-kernel", attention_kernel), ("--dropout", dropout or None),
-                                    ("--grad-bytes", None if grad_bytes == 2.0 else grad_bytes))
-                     if v is not None]  # fmt: skip
+                                    ("--attention-kernel", attention_kernel))
+                     if v is not None] + common.switched_job_flags(dropout, grad_bytes)  # fmt: skip
         if job_flags:
             raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
         if gpus is None and source is None:
@@ -286,7 +284,7 @@ def solve_command(
         with clock.phase("topology"):
             loaded = load_cluster(source)
         fitted = common.calibration_arg(calibration)
-        params = fitted.params_for(loaded.topology.gpu.name, precision) if fitted is not None else DEFAULT_PARAMS
+        params = common.params_of(fitted, loaded.topology.gpu.name, precision)
         uncertainty = common.uncertainty_arg(fitted, calibration, robust)
         _parsed(clock, started_s)
         plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
@@ -533,7 +531,7 @@ def explain_command(
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
-    grad_bytes: common.GradBytesOpt = 2.0,
+    grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     headroom: common.HeadroomOpt = 0.05,
     calibration: common.CalibrationOpt = None,
     as_json: common.JsonOpt = False,

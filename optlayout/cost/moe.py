@@ -84,28 +84,13 @@ def routed_times(
 ) -> MoeTimes:
     """The router and routed experts of one MoE layer; `memo` (the step model's) keeps them by what they depend on,
     the tokens per GPU and the expert degrees (the EP group's link follows from ep and etp)."""
-    t_loc = local_tokens(job, layout)
-    key = ("routed", t_loc, layout.ep, layout.etp)
-    routed = memo.get(key) if memo is not None else None
-    if routed is None:
-        routed = _routed_times(model, job, layout, gpu, links, params, t_loc)
-        if memo is not None:
-            memo[key] = routed
-    return routed
-
-
-def _routed_times(
-    model: ModelSpec,
-    job: JobSpec,
-    layout: Layout,
-    gpu: GpuSpec,
-    links: comm.GroupLinks,
-    params: CostParams,
-    t_loc: float,
-) -> MoeTimes:
-    """The router and the routed experts of one MoE layer on one GPU holding `t_loc` tokens."""
     from optlayout.cost.step import gemm_s
 
+    t_loc = local_tokens(job, layout)
+    key = ("routed", t_loc, layout.ep, layout.etp)
+    cached: MoeTimes | None = memo.get(key) if memo is not None else None
+    if cached is not None:
+        return cached
     moe = model.moe
     assert moe is not None
     h, k, experts = model.hidden, moe.top_k, moe.experts
@@ -126,7 +111,10 @@ def _routed_times(
     casts = params.fp8_cast_bytes_per_element * rows * (h + width) if job.precision == "fp8" else 0.0
     elementwise = (permute + router + ffn_bytes + casts) / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
     fwd, bwd = _comm_s(model, job, layout, links, params, t_loc, load)
-    return MoeTimes(gemms, elementwise + 6 * params.kernel_overhead_s, fwd, bwd)
+    routed = MoeTimes(gemms, elementwise + 6 * params.kernel_overhead_s, fwd, bwd)
+    if memo is not None:
+        memo[key] = routed
+    return routed
 
 
 def _comm_s(
