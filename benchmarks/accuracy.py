@@ -148,7 +148,7 @@ def moe_main(path: str, write: bool) -> int:
     records = read_runs(path)
     dense = load_calibration(shipped_calibration_path())
     t0 = time.perf_counter()
-    values, report = calibrate_moe(records, dense, lambda _m: None)
+    values, report, _rows = calibrate_moe(records, dense, lambda _m: None)
     elapsed = time.perf_counter() - t0
     preds = [predict_run(rec, dense.params_for(rec.cluster.gpu, rec.job.precision)) for rec in records]
     by_model: dict[str, list[float]] = defaultdict(list)

@@ -4,6 +4,7 @@ the launchers refuse an MoE shape in one line (their MoE flags are not written y
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -129,20 +130,53 @@ def test_a_window_longer_than_the_sequence_is_plain_causal_attention() -> None:
 
 
 def test_calibrate_fits_moe_constants_on_moe_runs_only_and_keeps_the_dense_ones(tmp_path) -> None:
-    from optlayout.runs.calibrate import MOE_FITTED, calibrate, load_calibration, shipped_calibration_path
+    from optlayout.runs.calibrate import MOE_FITTED, calibrate, calibrate_moe, load_calibration, shipped_calibration_path
 
     records = read_runs(MOE_RUNS)
     shipped = load_calibration(shipped_calibration_path())
     fitted = calibrate(records, fitted_on="moe fixture")
     assert fitted.default == shipped.default and fitted.entries == shipped.entries  # the dense constants stay
-    assert set(fitted.moe) == set(MOE_FITTED)
-    assert all(MOE_FITTED[k][0] <= v <= MOE_FITTED[k][1] for k, v in fitted.moe.items())
     report = fitted.report["moe"]
     assert set(report["cross_validated_by_model"]["per_model"]) == {"Grok-1 314B", "GPT-OSS 120B", "Qwen3-30B-A3B"}
-    fitted.save(tmp_path / "cal.yaml")
+    # the fitted MoE constants are kept only if they predict the held-out models better than the sourced ones
+    better = report["cross_validated_by_model"]["mape"] < report["uncalibrated"]["mape"]
+    assert report["kept"] == ("fitted" if better else "sourced")
+    assert set(fitted.moe) == (set(MOE_FITTED) if better else set())
+    values, _, _ = calibrate_moe(records, shipped, lambda _m: None)
+    assert set(values) == set(MOE_FITTED) and all(MOE_FITTED[k][0] <= v <= MOE_FITTED[k][1] for k, v in values.items())
+    forced = fitted.model_copy(update={"moe": values})
+    forced.save(tmp_path / "cal.yaml")
     params = load_calibration(tmp_path / "cal.yaml").params_for("h100-sxm", "bf16")
-    assert params.all_to_all_efficiency == fitted.moe["all_to_all_efficiency"]
+    assert params.all_to_all_efficiency == values["all_to_all_efficiency"]
     assert params.gemm_efficiency == shipped.params_for("h100-sxm", "bf16").gemm_efficiency
+
+
+def test_moe_runs_give_moe_predictions_their_own_interval() -> None:
+    """The MoE runs' held-out log errors (under the kept constants, the run's model held out) become the `moe`
+    regime of the calibration's uncertainty, next to the dense runs' distributions, which stay the shipped ones."""
+    from optlayout.runs.calibrate import calibrate, load_calibration, shipped_calibration_path
+    from optlayout.runs.uncertainty import bounds, quantiles
+
+    records = read_runs(MOE_RUNS)
+    shipped = load_calibration(shipped_calibration_path()).uncertainty
+    fitted = calibrate(records, fitted_on="moe fixture")
+    u, report = fitted.uncertainty, fitted.report["moe"]
+    assert u is not None and shipped is not None
+    assert u.overall == shipped.overall and u.support == shipped.support  # MoE rows join no dense distribution
+    rows = [row for row in fitted._heldout if row.model is not None]
+    assert sorted(row.id for row in rows) == sorted(r.id for r in records)
+    # under the sourced constants (kept on this fixture) a row's error is the uncalibrated one, in log form
+    assert report["kept"] == "sourced"
+    mape = sum(abs(math.expm1(row.log_error)) for row in rows) / len(rows)
+    assert mape == pytest.approx(report["uncalibrated"]["mape"], abs=1e-5)
+    assert u.regime_runs["moe"] == len(records) and u.regimes["moe"] == quantiles([row.log_error for row in rows])
+    gptoss = next(row for row in rows if row.model == "GPT-OSS 120B")
+    b = bounds(u, gptoss.regimes)
+    assert not any(s.startswith("moe") for s in b.unsupported)  # no longer "moe (0 runs)"
+    assert b.high >= u.regimes["moe"].high and b.low <= u.regimes["moe"].low
+    # held out by model: each model's rows are judged against the other models' (4 rows here: too few to trust)
+    cov = u.coverage["moe"]
+    assert cov["runs"] == len(records) and set(cov["per_model"]) == {row.model for row in rows}
 
 
 def test_the_dispatcher_of_a_bridge_record_is_assumed_from_its_recipes_and_said() -> None:

@@ -21,7 +21,9 @@ from optlayout.runs.uncertainty import (
     build_uncertainty,
     coverage,
     describe,
+    moe_coverage,
     quantiles,
+    with_moe,
 )
 from optlayout.specs import JobSpec, ModelSpec
 
@@ -91,6 +93,33 @@ def test_coverage_holds_each_source_out_by_hand() -> None:
     cov = coverage(rows)
     assert cov["per_source"] == {"A": 1.0, "B": 1.0, "C": 0.0}
     assert cov["covered"] == round(4 / 6, 4) and cov["runs"] == 6 and cov["nominal"] == 0.8
+
+
+def _moe_row(model: str, i: int, log_error: float) -> HeldOut:
+    return HeldOut(id=f"{model}{i}", source="s", model=model, log_error=log_error,
+                   regimes=PLAIN.model_copy(update={"flags": ["moe"]}))  # fmt: skip
+
+
+def test_moe_rows_make_the_moe_regime_held_out_by_model_by_hand() -> None:
+    rows = [_moe_row(m, i, e) for m, errors in (("A", (0.0, 0.1, 0.2)), ("B", (0.3, 0.4, 0.5)), ("C", (-0.5, 0.6)))
+            for i, e in enumerate(errors)]  # fmt: skip
+    u = with_moe(U, rows)
+    # all 8 rows, sorted -0.5 0 0.1 0.2 0.3 0.4 0.5 0.6: p10 at 0.7 of the way from -0.5 to 0, p90 at 0.3 from 0.5 to 0.6
+    assert u.regime_runs["moe"] == 8 and u.regimes["moe"] == Quantiles(runs=8, low=-0.15, median=0.25, high=0.53)
+    assert u.overall == U.overall and u.regimes["interleaved"] == U.regimes["interleaved"]
+    b = bounds(u, rows[0].regimes)
+    assert (b.low, b.high, b.unsupported) == (-0.15, 0.53, [])
+    # a dense prediction outside the support widens to the dense quantiles only, an MoE one to the MoE ones too
+    far = {"numbers": {"pp": 16}}
+    assert (bounds(u, PLAIN.model_copy(update=far)).low, bounds(u, PLAIN.model_copy(update=far)).high) == (-0.4, 0.5)
+    assert bounds(u, rows[0].regimes.model_copy(update=far)).high == 0.53
+    # A out: B and C (-0.5 0.3 0.4 0.5 0.6) give [-0.18, 0.56]: 0, 0.1, 0.2 inside
+    # B out: A and C (-0.5 0 0.1 0.2 0.6) give [-0.3, 0.44]: 0.3, 0.4 inside, 0.5 outside
+    # C out: A and B give [0.05, 0.45]: the overall [-0.1, 0.1] widens the low end to -0.1; -0.5 and 0.6 outside
+    cov = moe_coverage(U, rows)
+    assert cov["per_model"] == {"A": 1.0, "B": round(2 / 3, 4), "C": 0.0}
+    assert cov["runs"] == 8 and cov["covered"] == round(5 / 8, 4) and u.coverage["moe"] == cov
+    assert cov["covered_by_moe_quantiles_only"] == round(5 / 8, 4)  # the same runs: the widening changed no verdict
 
 
 def test_coverage_on_a_fixture_of_calibration_runs() -> None:

@@ -24,7 +24,7 @@ from optlayout.cost import DEFAULT_PARAMS, CostParams, evaluate, group_links
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.readers import CALIBRATION
-from optlayout.runs.uncertainty import HeldOut, Uncertainty, build_uncertainty, coverage, describe
+from optlayout.runs.uncertainty import HeldOut, Uncertainty, build_uncertainty, coverage, describe, with_moe
 
 if TYPE_CHECKING:  # fitting needs them; reading a calibration file does not (a solve loads only that)
     from optlayout.runs.predict import RunPrediction
@@ -252,14 +252,20 @@ def calibrate(
     names = list(FITTED)
     if dense:
         calibration = _calibrate_dense(dense, fitted_on, say)
-    else:
+    else:  # the dense constants, their report and held-out distributions: the shared calibration's
         base = shared or load_calibration(shipped_calibration_path())
         calibration = Calibration(fitted_on=f"{fitted_on}; dense constants from {base.fitted_on}", fitted=names,
                                   default=base.default, entries=base.entries,
-                                  report={"runs": 0, "sources": []})  # fmt: skip
+                                  report={k: v for k, v in base.report.items() if k != "moe"},
+                                  uncertainty=base.uncertainty)  # fmt: skip
     if moe:
-        values, report = calibrate_moe(moe, calibration, say)
-        calibration = calibration.model_copy(update={"moe": values, "report": calibration.report | {"moe": report}})
+        values, report, rows = calibrate_moe(moe, calibration, say)
+        u = calibration.uncertainty
+        heldout = calibration._heldout
+        calibration = calibration.model_copy(update={
+            "moe": values if report["kept"] == "fitted" else {}, "report": calibration.report | {"moe": report},
+            "uncertainty": with_moe(u, rows) if u is not None else None})  # fmt: skip
+        calibration._heldout = [*heldout, *rows]
     return calibration
 
 
@@ -321,23 +327,32 @@ def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable
     return calibration
 
 
-def heldout_rows(cases: Sequence[_Case], by_source: dict[int, float], by_gpu: dict[int, float]) -> list[HeldOut]:
-    """Each run's held-out log errors (its source left out; its GPU left out) and its regimes."""
+def heldout_rows(
+    cases: Sequence[_Case], held_out: dict[int, float], by_gpu: dict[int, float] | None = None
+) -> list[HeldOut]:
+    """Each run's held-out log errors (`held_out`: dense runs with their source left out, MoE runs with their model;
+    `by_gpu`: with its GPU left out) and its regimes."""
     rows = []
     for c in cases:
         rec = c.prediction.record
         key = calibration_key(rec.cluster.gpu, rec.job.precision)
         regimes = describe(rec.model, rec.job_spec(), c.prediction.layout, key, getattr(rec.job, "fp8_recipe", None))
-        rows.append(HeldOut(id=rec.id, source=rec.source, log_error=round(math.log1p(by_source[id(c)]), 6),
-                            log_error_gpu_out=round(math.log1p(by_gpu[id(c)]), 6), regimes=regimes))  # fmt: skip
+        gpu_out = None if by_gpu is None else round(math.log1p(by_gpu[id(c)]), 6)
+        rows.append(HeldOut(id=rec.id, source=rec.source, model=rec.model.name if rec.model.moe else None,
+                            log_error=round(math.log1p(held_out[id(c)]), 6), log_error_gpu_out=gpu_out,
+                            regimes=regimes))  # fmt: skip
     return rows
 
 
 def calibrate_moe(
     records: Sequence[RunRecord], dense: Calibration, say: Callable[[str], None]
-) -> tuple[dict[str, float], dict[str, Any]]:
+) -> tuple[dict[str, float], dict[str, Any], list[HeldOut]]:
     """The MoE-only constants, one set for every GPU, fitted on the MoE runs with each run's dense constants held
-    at `dense`'s; the error under cross-validation leaving one model out (fit on the other models)."""
+    at `dense`'s; the error under cross-validation leaving one model out (fit on the other models).
+
+    `report['kept']` says which constants a calibration keeps: `fitted` if, leaving one model out, they predict the
+    held-out models better (MAPE) than the sourced defaults, else `sourced`. The held-out rows are each run's log
+    error under what is kept: the constants fitted without its model, or the sourced ones (fitted on no MoE run)."""
     say(f"filling layouts of {len(records)} mixture-of-experts runs")
     cases = prepare(records, dense.params_for)
     models = sorted({c.prediction.record.model.name for c in cases})
@@ -349,18 +364,21 @@ def calibrate_moe(
     def fitted(train: Sequence[_Case]) -> dict[str, float]:
         return _fit_moe(train, base) if train else {}
 
-    def apes(values: dict[str, float], which: Sequence[_Case]) -> dict[int, float]:
-        return {id(c): abs(_error(c, base(c).model_copy(update=values))) for c in which}
+    def errors(values: dict[str, float], which: Sequence[_Case]) -> dict[int, float]:
+        return {id(c): _error(c, base(c).model_copy(update=values)) for c in which}
 
-    uncal = apes({}, cases)
-    cv: dict[int, float] = {}
+    signed_uncal = errors({}, cases)
+    signed_cv: dict[int, float] = {}
     for model in models:
         say(f"cross-validation: holding out {model}")
         held = [c for c in cases if c.prediction.record.model.name == model]
-        cv |= apes(fitted([c for c in cases if c.prediction.record.model.name != model]), held)
+        signed_cv |= errors(fitted([c for c in cases if c.prediction.record.model.name != model]), held)
     say("fitting the MoE constants on all MoE runs")
     values = fitted(cases)
-    insample = apes(values, cases)
+    uncal, cv = ({k: abs(v) for k, v in e.items()} for e in (signed_uncal, signed_cv))
+    insample = {k: abs(v) for k, v in errors(values, cases).items()}
+    kept = "fitted" if statistics.mean(cv.values()) < statistics.mean(uncal.values()) else "sourced"
+    heldout = signed_cv if kept == "fitted" else signed_uncal
 
     def table(errors: dict[int, float]) -> dict[str, Any]:
         by_model: dict[str, list[float]] = defaultdict(list)
@@ -370,9 +388,11 @@ def calibrate_moe(
         return {"mape": statistics.mean(vals), "median_ape": statistics.median(vals),
                 "per_model": {m: round(statistics.mean(v), 4) for m, v in sorted(by_model.items())}}  # fmt: skip
 
-    report = {"runs": len(cases), "models": models, "fitted": list(MOE_FITTED), "uncalibrated": table(uncal),
-              "cross_validated_by_model": table(cv), "in_sample": table(insample)}  # fmt: skip
-    return {n: round(v, 6) for n, v in values.items()}, report
+    report = {"runs": len(cases), "models": models, "fitted": list(MOE_FITTED), "kept": kept,
+              "uncalibrated": table(uncal), "cross_validated_by_model": table(cv),
+              "in_sample": table(insample)}  # fmt: skip
+    rows = heldout_rows(cases, heldout)
+    return {n: round(v, 6) for n, v in values.items()}, report, rows
 
 
 def _fit_moe(cases: Sequence[_Case], base: Callable[[_Case], CostParams]) -> dict[str, float]:

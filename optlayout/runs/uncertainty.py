@@ -7,7 +7,10 @@ fitted without the run's source (leave one source out) and without its GPU (leav
 - quantiles (`LEVELS`, numpy's linear rule) of the leave-one-source-out log errors, overall and for each
   regime flag (`REGIMES`) with at least `MIN_REGIME_RUNS` runs; the leave-one-GPU-out errors' quantiles stand
   for a GPU and precision no run measured;
-- the support: the values of each categorical feature and the range of each numeric one over the runs.
+- the support: the values of each categorical feature and the range of each numeric one over the runs;
+- the `moe` regime from the mixture-of-experts runs alone (`with_moe`): their log errors under the MoE constants
+  fitted without the run's model (leave one model out), or under the sourced ones where those are kept; MoE rows
+  enter no other distribution and not the support, which stay the dense runs'.
 
 A prediction's interval (`interval`) takes, of the overall distribution and those of its regime flags (and of an
 unmeasured GPU), the most optimistic high quantile and the most pessimistic low one. A feature outside the
@@ -101,7 +104,8 @@ class HeldOut(BaseModel):
 
     id: str
     source: str
-    log_error: float = Field(description="constants fitted without the run's source")
+    model: str | None = Field(None, description="the model's name: MoE rows, held out by model")
+    log_error: float = Field(description="constants fitted without the run's source (MoE rows: its model)")
     log_error_gpu_out: float | None = Field(None, description="constants fitted without the run's GPU")
     regimes: Regimes
 
@@ -170,7 +174,9 @@ class Uncertainty(BaseModel):
     regime_runs: dict[str, int] = Field(default_factory=dict, description="held-out runs in each regime")
     regimes: dict[str, Quantiles] = Field(default_factory=dict, description="regimes with >= MIN_REGIME_RUNS runs")
     support: Support = Field(default_factory=Support)
-    coverage: dict[str, Any] = Field(default_factory=dict, description="the interval's coverage, source held out")
+    coverage: dict[str, Any] = Field(
+        default_factory=dict, description="the interval's coverage, source held out (under 'moe': model held out)"
+    )
 
     @pydantic.field_validator("levels")
     @classmethod
@@ -179,9 +185,10 @@ class Uncertainty(BaseModel):
             raise ValueError(f"must be {list(LEVELS)} (the levels this optlayout reads), got {levels}")
         return levels
 
-    def widest(self) -> tuple[float, float]:
-        """The lowest low and highest high quantile stored."""
-        stored = [self.overall, *self.regimes.values(), *([self.unmeasured_gpu] if self.unmeasured_gpu else [])]
+    def widest(self, moe: bool = True) -> tuple[float, float]:
+        """The lowest low and highest high quantile stored (the `moe` regime's only if `moe`: for MoE predictions)."""
+        regimes = [q for name, q in self.regimes.items() if moe or name != "moe"]
+        stored = [self.overall, *regimes, *([self.unmeasured_gpu] if self.unmeasured_gpu else [])]
         return min(q.low for q in stored), max(q.high for q in stored)
 
 
@@ -236,7 +243,7 @@ def bounds(u: Uncertainty, r: Regimes) -> Bounds:
             penalised = True
     low, high = min(q.low for q in dists), max(q.high for q in dists)
     if penalised:
-        wide_low, wide_high = u.widest()
+        wide_low, wide_high = u.widest(moe="moe" in r.flags)
         low, high = min(low, wide_low), max(high, wide_high)
     return Bounds(low, high, unsupported)
 
@@ -266,6 +273,47 @@ def coverage(rows: Sequence[HeldOut]) -> dict[str, Any]:
         "covered": round(sum(every) / len(every), 4),
         "covered_by_overall_quantiles_only": round(sum(plain) / len(plain), 4),
         "per_source": {s: round(sum(v) / len(v), 4) for s, v in covered.items()},
+    }
+
+
+def with_moe(u: Uncertainty, rows: Sequence[HeldOut]) -> Uncertainty:
+    """`u` (the dense runs' distributions) with the `moe` regime from the mixture-of-experts runs' held-out rows,
+    and under `coverage['moe']` the interval's coverage of those runs with each model held out (`moe_coverage`)."""
+    return _moe_regime(u, rows).model_copy(update={"coverage": u.coverage | {"moe": moe_coverage(u, rows)}})
+
+
+def _moe_regime(u: Uncertainty, rows: Sequence[HeldOut]) -> Uncertainty:
+    regimes = {k: q for k, q in u.regimes.items() if k != "moe"}
+    if len(rows) >= MIN_REGIME_RUNS:
+        regimes["moe"] = quantiles([row.log_error for row in rows])
+    regime_runs = u.regime_runs | {"moe": len(rows)}
+    return u.model_copy(update={"regimes": dict(sorted(regimes.items())),
+                                "regime_runs": dict(sorted(regime_runs.items()))})  # fmt: skip
+
+
+def moe_coverage(u: Uncertainty, rows: Sequence[HeldOut]) -> dict[str, Any]:
+    """How often the interval covers an MoE run's measured throughput with the run's model held out: the `moe`
+    regime from the other models' rows (fewer than `MIN_REGIME_RUNS`: unsupported, the interval widest), the dense
+    distributions and support as in `u`. Also the share the `moe` quantiles alone cover."""
+    covered: dict[str, list[bool]] = {}
+    plain: list[bool] = []
+    for model in sorted({row.model or "" for row in rows}):
+        held = _moe_regime(u, [row for row in rows if (row.model or "") != model])
+        q = held.regimes.get("moe")
+        for row in rows:
+            if (row.model or "") == model:
+                b = bounds(held, row.regimes)
+                covered.setdefault(model, []).append(b.low <= row.log_error <= b.high)
+                plain.append(q is not None and q.low <= row.log_error <= q.high)
+    every = [hit for hits in covered.values() for hit in hits]
+    if not every:
+        return {}
+    return {
+        "nominal": round(LEVELS[2] - LEVELS[0], 6),
+        "runs": len(every),
+        "covered": round(sum(every) / len(every), 4),
+        "covered_by_moe_quantiles_only": round(sum(plain) / len(plain), 4),
+        "per_model": {m: round(sum(v) / len(v), 4) for m, v in covered.items()},
     }
 
 
