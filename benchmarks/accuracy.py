@@ -109,6 +109,35 @@ def _same_setup_floor(records: list[RunRecord]) -> tuple[float, int]:
     return statistics.mean(apes), len(setups)
 
 
+def _unexplained(preds: list[RunPrediction]) -> list[str]:
+    """Per setup (model, system, job, layout used), the measured time the model does not account for, per token and
+    layer on one GPU: (1 / measured - 1 / predicted tokens/s/GPU) / layers, the median over the setup's runs (its
+    releases). A cost linear in tokens shows as the same figure at any micro-batch and sequence length; attention's
+    grows with the sequence; a fixed cost per kernel or per micro-batch shrinks as the micro-batch's tokens grow."""
+    setups: dict[tuple[object, ...], list[RunPrediction]] = defaultdict(list)
+    for p in preds:
+        rec = p.record
+        if rec.model.name.startswith("Grok"):
+            continue
+        setups[(rec.model.name, rec.cluster.gpu, rec.cluster.gpus, rec.job.precision, rec.job.seq_len,
+                p.layout.short())].append(p)  # fmt: skip
+    lines = [
+        "| model, GPU, precision | GPUs | seq | layout used | tokens per micro-batch and GPU | runs "
+        "| unexplained us per token and layer | share of the measured step |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for (name, gpu, gpus, precision, seq, short), group in sorted(setups.items()):
+        lay = group[0].layout
+        layers = group[0].record.model.layers
+        gaps = [(1 / p.record.measured.tokens_per_s_per_gpu - 1 / p.prediction.tokens_per_s_per_gpu) / layers
+                for p in group]  # fmt: skip
+        shares = [g * layers * p.record.measured.tokens_per_s_per_gpu for g, p in zip(gaps, group, strict=True)]
+        tokens = seq * lay.micro_batch / (lay.cp * lay.tp)
+        lines.append(f"| {name}, {gpu} {precision} | {gpus} | {seq} | {short} | {tokens:,.0f} | {len(group)} "
+                     f"| {statistics.median(gaps) * 1e6:+.2f} | {statistics.median(shares):+.0%} |")  # fmt: skip
+    return lines
+
+
 def _recipe_agreement(records: list[RunRecord], params_for) -> tuple[list[str], list[float], int, int]:
     """Each Megatron-Bridge group (model, system, job): is the published layout in the solver's top 10, and how
     much faster the solver claims its pick is than the published layout (both predicted by the same model)."""

@@ -1,7 +1,9 @@
 """The prediction intervals' distributions and their out-of-sample coverage, from a calibration file.
 
-Reproduce:  optlayout calibrate ../shared/data/calibration_runs.jsonl -o optlayout/data/default_calibration.yaml \
-                --heldout heldout.jsonl      (about 10 min on 2 shared cores: the fit and its held-out errors)
+Reproduce:  optlayout calibrate ../shared/data/calibration_runs.jsonl ../shared/data/calibration_runs_moe.jsonl \
+                -o optlayout/data/default_calibration.yaml --heldout heldout.jsonl
+                (about 10 min on 2 shared cores: the fits and their held-out errors; the MoE runs alone, on the
+                shipped dense constants: `optlayout calibrate ../shared/data/calibration_runs_moe.jsonl -o ...`, 10 s)
             python benchmarks/uncertainty.py [--calibration FILE] [--write]
 
 The figures are the file's `uncertainty` section (`optlayout/runs/uncertainty.py`); this script only lays them
@@ -36,13 +38,14 @@ def main() -> None:
     shown = "optlayout/data/default_calibration.yaml" if args.calibration is None else str(path)
     lines = [
         f"Held-out errors of `{shown}` ({calibration.fitted_on}). Command: `optlayout calibrate "
-        "../shared/data/calibration_runs.jsonl -o optlayout/data/default_calibration.yaml --heldout heldout.jsonl` "
-        "(about 10 min on 2 shared cores), then `python benchmarks/uncertainty.py --write`; the figures are the "
-        "file's `uncertainty` section.",
+        "../shared/data/calibration_runs.jsonl ../shared/data/calibration_runs_moe.jsonl -o "
+        "optlayout/data/default_calibration.yaml --heldout heldout.jsonl` (about 10 min on 2 shared cores), then "
+        "`python benchmarks/uncertainty.py --write`; the figures are the file's `uncertainty` section.",
         "",
-        "Log error = log(predicted / measured) tokens/s/GPU, each run predicted by constants fitted without its "
-        "source (leave one source out); 10th / 50th / 90th percentiles, the 80% interval of a prediction is "
-        "[predicted x exp(-p90), predicted x exp(-p10)]:",
+        "Log error = log(predicted / measured) tokens/s/GPU, each dense run predicted by constants fitted without its "
+        "source (leave one source out), each mixture-of-experts run (the `moe` row) by the MoE constants the file "
+        "keeps, fitted without its model or sourced; 10th / 50th / 90th percentiles, the 80% interval of a "
+        "prediction is [predicted x exp(-p90), predicted x exp(-p10)]:",
         "",
         "| distribution | runs | p10 | median | p90 |",
         "|---|---:|---:|---:|---:|",
@@ -67,6 +70,20 @@ def main() -> None:
             *(f"| {source} | {share:.1%} |" for source, share in sorted(cov["per_source"].items())),
             f"| **all {cov['runs']} runs** | **{cov['covered']:.1%}** (overall quantiles alone: "
             f"{cov['covered_by_overall_quantiles_only']:.1%}) |",
+        ]
+    moe = cov.get("moe")
+    if moe:
+        lines += [
+            "",
+            "Mixture-of-experts runs, out of sample: for each model, the `moe` distribution is rebuilt from the other "
+            "models' runs (the dense distributions and support as they are) and the same rule applied to the held-out "
+            "model's runs.",
+            "",
+            f"| held-out model | covered by the {moe['nominal']:.0%} interval |",
+            "|---|---:|",
+            *(f"| {model} | {share:.1%} |" for model, share in sorted(moe["per_model"].items())),
+            f"| **all {moe['runs']} MoE runs** | **{moe['covered']:.1%}** (`moe` quantiles alone: "
+            f"{moe['covered_by_moe_quantiles_only']:.1%}) |",
         ]
     publish("uncertainty", "Prediction intervals: coverage out of sample", "\n".join(lines), args.write)
 

@@ -130,7 +130,13 @@ def test_a_window_longer_than_the_sequence_is_plain_causal_attention() -> None:
 
 
 def test_calibrate_fits_moe_constants_on_moe_runs_only_and_keeps_the_dense_ones(tmp_path) -> None:
-    from optlayout.runs.calibrate import MOE_FITTED, calibrate, calibrate_moe, load_calibration, shipped_calibration_path
+    from optlayout.runs.calibrate import (
+        MOE_FITTED,
+        calibrate,
+        calibrate_moe,
+        load_calibration,
+        shipped_calibration_path,
+    )
 
     records = read_runs(MOE_RUNS)
     shipped = load_calibration(shipped_calibration_path())
@@ -187,3 +193,23 @@ def test_the_dispatcher_of_a_bridge_record_is_assumed_from_its_recipes_and_said(
     assert gb200.job_spec().moe_dispatcher == "flex" and "HybridEP" in assumed_fields(gb200)["moe_dispatcher"]["why"]
     h100 = records["mb-26.02.01-pretrain-h100-qwen330ba3b-fp8-16g-main"]
     assert h100.job_spec().moe_dispatcher == "alltoall"
+
+
+def test_calibrate_reads_several_run_files_and_says_how_moe_intervals_cover(cli, tmp_path) -> None:
+    """The MoE runs split over two files calibrate as one: the dense constants, report and distributions are the
+    shipped calibration's, and the MoE runs' own coverage is said."""
+    from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
+
+    lines = MOE_RUNS.read_text().splitlines()
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("\n".join(lines[:3]) + "\n")
+    second.write_text("\n".join(lines[3:]) + "\n")
+    out = tmp_path / "cal.yaml"
+    proc = cli("calibrate", str(first), str(second), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())  # the console may wrap a line
+    assert f"{len(lines)} MoE runs: MAPE" in said and f"of {len(lines)} MoE runs with their model held out" in said
+    fitted, shipped = load_calibration(out), load_calibration(shipped_calibration_path())
+    assert fitted.fitted_on.startswith(f"a.jsonl + b.jsonl ({len(lines)} runs); dense constants from ")
+    assert fitted.report["runs"] == shipped.report["runs"] and fitted.report["moe"]["runs"] == len(lines)
+    assert fitted.uncertainty is not None and fitted.uncertainty.regime_runs["moe"] == len(lines)

@@ -104,7 +104,7 @@ def test_moe_rows_make_the_moe_regime_held_out_by_model_by_hand() -> None:
     rows = [_moe_row(m, i, e) for m, errors in (("A", (0.0, 0.1, 0.2)), ("B", (0.3, 0.4, 0.5)), ("C", (-0.5, 0.6)))
             for i, e in enumerate(errors)]  # fmt: skip
     u = with_moe(U, rows)
-    # all 8 rows, sorted -0.5 0 0.1 0.2 0.3 0.4 0.5 0.6: p10 at 0.7 of the way from -0.5 to 0, p90 at 0.3 from 0.5 to 0.6
+    # all 8 rows, sorted -0.5 0 0.1 0.2 0.3 0.4 0.5 0.6: p10 0.7 of the way from -0.5 to 0, p90 0.3 from 0.5 to 0.6
     assert u.regime_runs["moe"] == 8 and u.regimes["moe"] == Quantiles(runs=8, low=-0.15, median=0.25, high=0.53)
     assert u.overall == U.overall and u.regimes["interleaved"] == U.regimes["interleaved"]
     b = bounds(u, rows[0].regimes)

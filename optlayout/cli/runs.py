@@ -117,7 +117,9 @@ def compare_command(
 
 
 def calibrate_command(
-    runs: Annotated[Path, typer.Argument(help="run records: .jsonl or .csv")],
+    runs: Annotated[
+        list[Path], typer.Argument(help="run records: .jsonl or .csv, one file or more (dense and MoE runs)")
+    ],
     output: Annotated[Path, typer.Option("-o", "--output", help="calibration YAML to write")],
     heldout: Annotated[
         Path | None, typer.Option("--heldout", help="also write each run's held-out log errors and regimes (JSONL)")
@@ -127,21 +129,22 @@ def calibrate_command(
     """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
     from optlayout.runs.calibrate import calibrate
 
-    outputs.check_output(output, "--output", [runs])
+    outputs.check_output(output, "--output", runs)
     if heldout is not None:
-        outputs.check_output(heldout, "--heldout", [runs, output])
-    records = _read(runs)
+        outputs.check_output(heldout, "--heldout", [*runs, output])
+    records = [rec for path in runs for rec in _read(path)]
+    named = " + ".join(path.name for path in runs)
     if len(records) < 2:
-        raise InputError(f"runs: calibration needs at least 2 runs, {runs} has {len(records)}")
+        raise InputError(f"runs: calibration needs at least 2 runs, {named} has {len(records)}")
     show = not as_json and common.err_console.is_terminal
     with Progress(console=common.err_console, disable=not show, transient=True) as bar:
         task = bar.add_task("calibrating", total=None)
-        fitted = calibrate(records, fitted_on=f"{runs.name} ({len(records)} runs)",
+        fitted = calibrate(records, fitted_on=f"{named} ({len(records)} runs)",
                             progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
-    outputs.write_output(output, fitted.to_yaml(), "--output", [runs])
+    outputs.write_output(output, fitted.to_yaml(), "--output", runs)
     if heldout is not None:
         rows = "".join(row.model_dump_json() + "\n" for row in fitted._heldout)
-        outputs.write_output(heldout, rows, "--heldout", [runs, output])
+        outputs.write_output(heldout, rows, "--heldout", [*runs, output])
     if as_json:
         common.print_json(fitted.model_dump())
         return
@@ -157,9 +160,19 @@ def calibrate_command(
         table.add_row(source[:50], *(f"{rep[k]['per_source'][source]:.1%}" for k in keys))
     common.console.print(table)
     cov = fitted.uncertainty.coverage if fitted.uncertainty is not None else {}
-    if cov:
+    if cov.get("runs"):
         common.console.print(f"{cov['nominal']:.0%} prediction intervals cover {cov['covered']:.0%} of {cov['runs']} "
                              "runs with their source held out")  # fmt: skip
+    if "moe" in rep:
+        moe = rep["moe"]
+        common.console.print(
+            f"{moe['runs']} MoE runs: MAPE {moe['uncalibrated']['mape']:.1%} with the sourced MoE constants, "
+            f"{moe['cross_validated_by_model']['mape']:.1%} fitted leaving one model out; kept: {moe['kept']}"
+        )
+    if cov.get("moe"):
+        m = cov["moe"]
+        common.console.print(f"{m['nominal']:.0%} prediction intervals cover {m['covered']:.0%} of {m['runs']} "
+                             "MoE runs with their model held out")  # fmt: skip
 
 
 def from_log_command(
