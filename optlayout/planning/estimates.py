@@ -59,7 +59,8 @@ def explain_layout(
     best = ranking[0]
     position = next((i + 1 for i, c in enumerate(ranking) if c.layout == layout), None)
     if position is None and mine.prediction.fits:
-        # a legal layout outside the searched space (e.g. micro-batch above the search's maximum): rank by throughput
+        # a legal layout outside the searched space (e.g. micro-batch above the search's maximum), or one whose twin
+        # ranks ahead (the twin rule, `twin_key`): rank by throughput
         position = 1 + sum(c.cluster_tokens_per_s > mine.cluster_tokens_per_s for c in ranking)
     deltas = term_deltas(layout, mine.prediction, best.layout, best.prediction, job)
     return {
