@@ -11,10 +11,11 @@ With an `Uncertainty`, layouts rank as `solve --robust` ranks them: by their con
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from optlayout.cost import CostParams
-from optlayout.layout.model import Layout
+from optlayout.layout.model import Layout, Recompute
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
 from optlayout.runs.uncertainty import LayoutUncertainty, Uncertainty
@@ -127,10 +128,15 @@ def recipe_agreement(
         enough = max_rank is not None and len(ahead) >= max_rank
         if (bound * factor < floor or enough) and bound * factor <= best_tps:
             break
-        for lay in group.layouts():
+        twin_best: dict[tuple[object, ...], float] = {}  # per twin class: the best feasible twin so far
+        for lay in group.layouts():  # per sharding, recompute=none first
+            twin_tps = twin_best.get(twin_key(lay), -math.inf)
+            if lay.recompute != Recompute.none and space.table.outranked_by_twin(lay, twin_tps):
+                continue  # never ranked: its twin (or a better one) is, and counts ahead in its stead
             cand = space.feasible(lay)
             if cand is None:
                 continue
+            twin_best[twin_key(lay)] = max(twin_tps, cand.cluster_tokens_per_s)
             feasible.append(cand)
             best_tps = max(best_tps, cand.cluster_tokens_per_s)
             # a faster twin of the published layout is ranked in its stead: its class is ahead too

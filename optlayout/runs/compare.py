@@ -91,7 +91,8 @@ class GroupRanking:
         `throughput_bound`) and evaluated until a bound falls below both the floor and the best feasible layout
         found (less two objective units, the rank key's rounding). So the best, the count, and the position and
         throughput of every layout at or above the floor are exact; the positions below it are left out, and so
-        are the throughputs of layouts below the floor."""
+        are the throughputs of layouts below the floor. Under the twin rule a recomputing layout is not evaluated
+        once a feasible twin of less recomputation surely ranks ahead of it (`CostTable.outranked_by_twin`)."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -132,11 +133,17 @@ class GroupRanking:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
             i, fitting = found[id(group)]
-            for choice in fitting:
-                cand = table.candidate(table.fewest_recomputed(group.layout(*choice), cap_bytes))
+            twin_best: dict[tuple[Sharding, bool], float] = {}  # the best feasible twin so far, less recomputed
+            for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
+                lay = group.layout(sharding, recompute, sp)
+                twin_tps = twin_best.get((sharding, sp), -math.inf)
+                if recompute != Recompute.none and table.outranked_by_twin(lay, twin_tps):
+                    continue
+                cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
                 if passes_limits(cand, limits):
                     evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
+                    twin_best[sharding, sp] = max(twin_tps, cand.cluster_tokens_per_s)
         scale = throughput_scale([cand for _, cand in evaluated])
         # ties in the rank key go by the order of the space, as in the exhaustive ranking
         ranked = best_twins(cand for _, cand in sorted(evaluated, key=lambda ic: (rank_key(ic[1], scale), ic[0])))

@@ -391,7 +391,7 @@ class CostTable:
                     if floor_mib > cap_mib or memory_mib(self.memory_bytes(lay)) > cap_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
                         continue  # it cannot fit (its first stage alone, or the fullest): no step time
-                    if twin_tps > -math.inf and self.recomputing_tps(lay) * self.factor(lay) * (1 + 1e-9) < twin_tps:
+                    if self.outranked_by_twin(lay, twin_tps):
                         continue  # the same, from its step time: no layer count to bisect
                     cand = self.candidate(self.fewest_recomputed(lay, capacity_bytes))  # it fits: so does this
                     if passes_limits(cand, limits):
@@ -432,6 +432,12 @@ class CostTable:
         if layout.recompute == Recompute.full and layout.recompute_layers is None:
             layout = _with_recomputed_layers(layout, 1)
         return layout.global_batch * self.job.seq_len / self.times(layout).step_time_s
+
+    def outranked_by_twin(self, layout: Layout, twin_tps: float) -> bool:
+        """Whether a feasible twin (`twin_key`) ranked at `twin_tps` (cluster tokens/s as ranked; -inf: none)
+        surely ranks ahead of the recomputing layout, whatever its layer count: its `recomputing_tps` x its robust
+        factor (the twins' own) falls below (goodput only lowers it). The twin rule then drops it unevaluated."""
+        return twin_tps > -math.inf and self.recomputing_tps(layout) * self.factor(layout) * (1 + 1e-9) < twin_tps
 
     def factor(self, layout: Layout) -> float:
         """The layout's robust factor (1 unless the robust objective ranks)."""
