@@ -401,7 +401,7 @@ class CostTable:
                     variant_tps = variant_bound(lay, cand.evaluation.times, self.job.seq_len)
                     if variant_tps < threshold and lay.recompute == Recompute.full and lay.recompute_layers is None:
                         # another sharding may fit fewer recomputed layers: bound it with the fewest, one
-                        fewest = _with_recomputed_layers(lay, 1)
+                        fewest = least_recomputed(lay)
                         variant_tps = variant_bound(fewest, self.times(fewest), self.job.seq_len)
                     if recompute == Recompute.none:
                         unrecomputed[sp] = min(variant_tps, unrecomputed.get(sp, math.inf))
@@ -418,8 +418,7 @@ class CostTable:
         """An upper bound on the cluster tokens/s of the recomputing layout's every sharding, before the robust
         factor and goodput (which only lower it), from its step floor (`step_floor_s`, which sharding does not
         change); with full recomputation of no set layer count, at one layer, the least the search may take."""
-        if layout.recompute == Recompute.full and layout.recompute_layers is None:
-            layout = _with_recomputed_layers(layout, 1)
+        layout = least_recomputed(layout)
         started_s = time.perf_counter()
         floor_s = step_floor_s(self.model, self.job, layout, self.gpu, self.links(layout), self.params, self._memo)
         self.cost_s += time.perf_counter() - started_s
@@ -429,8 +428,7 @@ class CostTable:
         """An upper bound on the cluster tokens/s of the recomputing layout as the search takes it, before the
         robust factor and goodput: its own; with full recomputation of no set layer count, at one layer (more never
         run faster, `fewest_recomputed`)."""
-        if layout.recompute == Recompute.full and layout.recompute_layers is None:
-            layout = _with_recomputed_layers(layout, 1)
+        layout = least_recomputed(layout)
         return layout.global_batch * self.job.seq_len / self.times(layout).step_time_s
 
     def outranked_by_twin(self, layout: Layout, twin_tps: float) -> bool:
@@ -477,6 +475,14 @@ class CostTable:
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     """The layout with full recomputation of `n` layers per model chunk."""
     return Layout.unchecked(**{**dict(layout), "recompute_layers": n})
+
+
+def least_recomputed(layout: Layout) -> Layout:
+    """The layout with the least recomputation the search may take for it: with full recomputation of no set layer
+    count, one layer per model chunk; any other as it is."""
+    if layout.recompute == Recompute.full and layout.recompute_layers is None:
+        return _with_recomputed_layers(layout, 1)
+    return layout
 
 
 def peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
