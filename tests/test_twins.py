@@ -146,3 +146,18 @@ def test_compare_and_recipe_agreement_rank_a_layout_whose_twin_is_faster_by_its_
     assert agreement.rank == row["measured_layout_rank"]
     assert agreement.twin_ahead is not None and agreement.twin_ahead.model_dump(mode="json") == row["twin_ahead"]
     assert twin_key(agreement.twin_ahead) == twin_key(agreement.published.layout)
+
+
+def test_explain_ranks_a_recomputing_twin_by_its_throughput_and_names_the_twin() -> None:
+    from optlayout.planning import explain_layout
+
+    best = solve(MODEL, TOPO, JOB, top=1).layouts[0].layout
+    assert best.recompute == Recompute.none
+    twin = best.model_copy(update={"recompute": Recompute.full, "recompute_layers": 1})
+    report = explain_layout(MODEL, TOPO, JOB, twin)
+    assert report["twin_ahead"] == best.short()
+    table = CostTable(MODEL, JOB, TOPO.gpu, TOPO)
+    truth = oracle_ranking(MODEL, JOB, TOPO.num_gpus, TOPO.domain_size, table, SpaceOptions(), LIMITS)
+    mine = table.candidate(twin).cluster_tokens_per_s
+    assert report["rank"] == 1 + sum(c.cluster_tokens_per_s > mine for c in truth) > 1
+    assert explain_layout(MODEL, TOPO, JOB, best)["twin_ahead"] is None

@@ -46,6 +46,7 @@ def explain_layout(
 ) -> dict[str, Any]:
     """Where `layout` ranks among all feasible layouts, and the cost terms it loses on against the best."""
     from optlayout.solver.explain import term_deltas
+    from optlayout.solver.candidates import layout_identity, twin_key
     from optlayout.solver.oracle import rank_problem
 
     spec = resolve_model(model)
@@ -62,10 +63,14 @@ def explain_layout(
         # a legal layout outside the searched space (e.g. micro-batch above the search's maximum), or one whose twin
         # ranks ahead (the twin rule, `twin_key`): rank by throughput
         position = 1 + sum(c.cluster_tokens_per_s > mine.cluster_tokens_per_s for c in ranking)
+    twin = next((c.layout for c in ranking if twin_key(c.layout) == twin_key(layout)), None)
+    if twin is not None and layout_identity(twin) == layout_identity(layout):
+        twin = None  # the layout itself, ranked (at its best accumulation)
     deltas = term_deltas(layout, mine.prediction, best.layout, best.prediction, job)
     return {
         "layout": layout.short(),
         "rank": position,
+        "twin_ahead": twin.short() if twin is not None else None,  # its twin, ranked in its stead (twin rule)
         "feasible": len(ranking),
         "fits": mine.prediction.fits,
         "mfu": mine.prediction.mfu,

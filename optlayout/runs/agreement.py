@@ -150,7 +150,7 @@ def recipe_agreement(
     twins = [twin_key(c.layout) for c in ranking]
     mine_twins = twin_key(published.layout)
     twin = ranking[twins.index(mine_twins)] if mine_twins in twins and mine not in identities else None
-    twin_ahead = twin.layout if twin is not None and twin.cluster_tokens_per_s >= floor else None
+    twin_ahead = twin.layout if twin is not None and twin.cluster_tokens_per_s >= target else None
     if max_rank is not None and len(ahead) >= max_rank:
         rank = max_rank + 1
     elif mine in identities:
