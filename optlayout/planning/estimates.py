@@ -45,8 +45,8 @@ def explain_layout(
     params: CostParams = DEFAULT_PARAMS,
 ) -> dict[str, Any]:
     """Where `layout` ranks among all feasible layouts, and the cost terms it loses on against the best."""
-    from optlayout.solver.explain import term_deltas
     from optlayout.solver.candidates import layout_identity, twin_key
+    from optlayout.solver.explain import term_deltas
     from optlayout.solver.oracle import rank_problem
 
     spec = resolve_model(model)
