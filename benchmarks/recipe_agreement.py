@@ -182,6 +182,10 @@ def main() -> int:
         "",
         *_table("runs", {"all NVIDIA recipe runs": rows}),
         "",
+        f"The twin rule (README, 'The twin rule'): {sum(a.twin_ahead is not None for a in rows)} of {len(rows)} "
+        "published layouts are not ranked themselves because a twin (the same layout but its recomputation) is "
+        "ranked in their stead at no lower throughput; they rank by their throughput among the ranked layouts.",
+        "",
         *_table("source", dict(sorted(by_source.items()))),
         "",
         *_table("framework", dict(sorted(by_stack.items()))),

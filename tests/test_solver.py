@@ -18,7 +18,7 @@ from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, var
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
 from optlayout.solver.space import SpaceOptions, enumerate_groups
-from optlayout.specs import ClusterSpec, JobSpec, ModelSpec
+from optlayout.specs import ClusterSpec, JobSpec, ModelSpec, Recompute
 from optlayout.topology import topology_from_cluster
 
 NO_RESERVE = CostParams(runtime_reserve_bytes=0)
@@ -115,6 +115,7 @@ def test_the_bounds_of_branch_and_bound_hold(problem, objective, dp_overlap, ove
     robust = robust_rank(model, job, cluster.gpu) if objective == "robust" else None
     table = CostTable(model, job, topo.gpu, topo, params, goodput, robust)
     options = SpaceOptions(max_micro_batch=4, max_vp=4, max_cp=8)
+    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
     for group in enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options):
         bound = table.throughput_bound(group)
         factor = table.group_factor(group)
@@ -126,6 +127,13 @@ def test_the_bounds_of_branch_and_bound_hold(problem, objective, dp_overlap, ove
                 probe_bound = variant_bound(probe.layout, probe.evaluation.times, job.seq_len) * factor
                 assert all(c.cluster_tokens_per_s <= probe_bound * (1 + 1e-12) for c in variant)
             assert all(c.cluster_tokens_per_s <= bound * factor * (1 + 1e-12) for c in variant)
+            if recompute != Recompute.none:  # the twin rule's skip: the bounds of a recomputing layout as searched
+                floor = table.recomputing_floor_tps(group.layout(group.shardings[0], recompute, sp))
+                for s in group.shardings:
+                    lay = group.layout(s, recompute, sp)
+                    searched = table.candidate(table.fewest_recomputed(lay, capacity)).cluster_tokens_per_s
+                    own = table.factor(lay)
+                    assert searched <= min(floor, table.recomputing_tps(lay)) * own * (1 + 1e-12)
 
 
 def test_oracle_and_solver_agree_on_a_larger_space() -> None:

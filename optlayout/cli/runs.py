@@ -92,7 +92,7 @@ def compare_command(
             f"{row['measured_tokens_per_s_per_gpu']:,.0f}",
             f"{row['predicted_tokens_per_s_per_gpu']:,.0f}" + (" (over memory)" if row["memory_model_miss"] else ""),
             f"{row['ape']:.1%}",
-            "" if rank is None else f"{rank}/{row['legal_layouts']}",
+            "" if rank is None else f"{rank}/{row['legal_layouts']}" + (" (twin ahead)" if row["twin_ahead"] else ""),
             "" if gain is None else f"{gain:+.1%}",
             ", ".join(f"{k}={v}" for k, v in row["filled_fields"].items()),
         )

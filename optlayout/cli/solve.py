@@ -554,6 +554,7 @@ def explain_command(
     con.print(
         f"your layout {report['layout']}: "
         + (f"rank {rank} of {report['feasible']} feasible layouts" if rank else "[red]does not fit memory[/red]")
+        + (f" (its twin {report['twin_ahead']} ranks in its stead)" if rank and report["twin_ahead"] else "")
         + f", MFU {report['mfu']:.1%} vs best {report['best_mfu']:.1%} ({report['best_layout']})"
     )
     table = Table(title="time per token per GPU, us (largest loss first)")

@@ -45,6 +45,7 @@ def explain_layout(
     params: CostParams = DEFAULT_PARAMS,
 ) -> dict[str, Any]:
     """Where `layout` ranks among all feasible layouts, and the cost terms it loses on against the best."""
+    from optlayout.solver.candidates import layout_identity, twin_key
     from optlayout.solver.explain import term_deltas
     from optlayout.solver.oracle import rank_problem
 
@@ -59,12 +60,17 @@ def explain_layout(
     best = ranking[0]
     position = next((i + 1 for i, c in enumerate(ranking) if c.layout == layout), None)
     if position is None and mine.prediction.fits:
-        # a legal layout outside the searched space (e.g. micro-batch above the search's maximum): rank by throughput
+        # a legal layout outside the searched space (e.g. micro-batch above the search's maximum), or one whose twin
+        # ranks ahead (the twin rule, `twin_key`): rank by throughput
         position = 1 + sum(c.cluster_tokens_per_s > mine.cluster_tokens_per_s for c in ranking)
+    twin = next((c.layout for c in ranking if twin_key(c.layout) == twin_key(layout)), None)
+    if twin is not None and layout_identity(twin) == layout_identity(layout):
+        twin = None  # the layout itself, ranked (at its best accumulation)
     deltas = term_deltas(layout, mine.prediction, best.layout, best.prediction, job)
     return {
         "layout": layout.short(),
         "rank": position,
+        "twin_ahead": twin.short() if twin is not None else None,  # its twin, ranked in its stead (twin rule)
         "feasible": len(ranking),
         "fits": mine.prediction.fits,
         "mfu": mine.prediction.mfu,

@@ -4,7 +4,7 @@ orders the layouts of one group (same model, cluster, sequence, batch and precis
 Input: the dict `optlayout compare --json` prints:
     {"runs": [{"id", "source", "group", "measured_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu",
                "ape", "measured_mfu", "predicted_mfu", "filled_fields", "layout", "measured_layout_rank",
-               "legal_layouts", "solver_pick", "solver_predicted_gain", "memory_model_miss"}, ...],
+               "twin_ahead", "legal_layouts", "solver_pick", "solver_predicted_gain", "memory_model_miss"}, ...],
      "summary": {"n", "mape", "median_ape", "pairwise_order_accuracy", "pairs", "per_source", "worst",
                  "memory_model_misses"}}
 APE and MAPE are fractions (0.12 = 12%), as MFU is.
@@ -227,6 +227,8 @@ def _runs_table(runs: Sequence[Mapping[str, Any]], anchors: Mapping[str, str]) -
         rank, legal = r.get("measured_layout_rank"), _num(r.get("legal_layouts"))
         rank_n = _num(rank)
         rank_text = "-" if rank_n is None else f"{int(rank_n)} of {fmt_num(legal)}" if legal else str(int(rank_n))
+        if rank_n is not None and r.get("twin_ahead"):  # the twin rule ranks its faster recomputation twin instead
+            rank_text += " (twin ahead)"
         gain = _num(r.get("solver_predicted_gain"))
         pick = r.get("solver_pick")
         anchor = anchors.get(str(r.get("id")), "")

@@ -3,26 +3,31 @@
 A claimed gain over a measured, tuned recipe is a prediction nobody has verified; large ones point at physics
 the cost model lacks. The rank is the one `compare` reports (from the exhaustive oracle), found with the
 solver's bound instead of evaluating every layout: groups of layouts are walked best `throughput_bound` first
-and the walk stops once no remaining group can beat the published layout (or the best found). With an
-`Uncertainty`, layouts rank as `solve --robust` ranks them: by their conservative throughput.
+and the walk stops once no remaining group can beat the published layout (or the best found). The ranking keeps
+the twin rule (`twin_key`): a published layout whose twin (the same layout but its recomputation) ranks ahead is
+not itself ranked, and counts as its throughput places it among the ranked ones (`twin_ahead` names that twin).
+With an `Uncertainty`, layouts rank as `solve --robust` ranks them: by their conservative throughput.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from optlayout.cost import CostParams
-from optlayout.layout.model import Layout
+from optlayout.layout.model import Layout, Recompute
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
 from optlayout.runs.uncertainty import LayoutUncertainty, Uncertainty
 from optlayout.solver.candidates import (
     THROUGHPUT_RESOLUTION,
     Candidate,
+    best_twins,
     layout_identity,
     passes_limits,
     rank_key,
     throughput_scale,
+    twin_key,
 )
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions
@@ -38,6 +43,7 @@ class Agreement:
     legal_layouts: int  # legal layouts of the solver's space (feasible or not)
     best: Candidate | None  # the solver's pick; None when no layout of the space fits
     max_rank: int | None = None  # the walk stopped once this many layouts beat the published one
+    twin_ahead: Layout | None = None  # the published layout's twin ranked in its stead (the twin rule)
 
     @property
     def beyond(self) -> bool:
@@ -117,30 +123,38 @@ def recipe_agreement(
     mine = layout_identity(published.layout)
     best_tps = 0.0
     feasible: list[Candidate] = []
-    ahead: set[tuple[object, ...]] = set()  # distinct layouts surely ranked before the published one
+    ahead: set[tuple[object, ...]] = set()  # twin classes surely ranked before the published one
     for bound, group in space.ordered:
         enough = max_rank is not None and len(ahead) >= max_rank
         if (bound * factor < floor or enough) and bound * factor <= best_tps:
             break
-        for lay in group.layouts():
+        twin_best: dict[tuple[object, ...], float] = {}  # per twin class: the best feasible twin so far
+        for lay in group.layouts():  # per sharding, recompute=none first
+            twin_tps = twin_best.get(twin_key(lay), -math.inf)
+            if lay.recompute != Recompute.none and space.table.outranked_by_twin(lay, twin_tps):
+                continue  # never ranked: its twin (or a better one) is, and counts ahead in its stead
             cand = space.feasible(lay)
             if cand is None:
                 continue
+            twin_best[twin_key(lay)] = max(twin_tps, cand.cluster_tokens_per_s)
             feasible.append(cand)
             best_tps = max(best_tps, cand.cluster_tokens_per_s)
+            # a faster twin of the published layout is ranked in its stead: its class is ahead too
             if cand.cluster_tokens_per_s > target + margin and layout_identity(lay) != mine:
-                ahead.add(layout_identity(lay))
+                ahead.add(twin_key(lay))
     if not feasible:
         return Agreement(published, 1, space.legal_layouts, None, max_rank)
     scale = throughput_scale(feasible)
-    ranking: dict[tuple[object, ...], Candidate] = {}
-    for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
-        ranking.setdefault(layout_identity(cand.layout), cand)
-    identities = list(ranking)
+    ranking = best_twins(sorted(feasible, key=lambda c: rank_key(c, scale)))
+    identities = [layout_identity(c.layout) for c in ranking]
+    twins = [twin_key(c.layout) for c in ranking]
+    mine_twins = twin_key(published.layout)
+    twin = ranking[twins.index(mine_twins)] if mine_twins in twins and mine not in identities else None
+    twin_ahead = twin.layout if twin is not None and twin.cluster_tokens_per_s >= target else None
     if max_rank is not None and len(ahead) >= max_rank:
         rank = max_rank + 1
-    elif mine in ranking:
+    elif mine in identities:
         rank = identities.index(mine) + 1
-    else:  # outside the space or over memory: by its throughput
-        rank = 1 + sum(c.cluster_tokens_per_s > target for c in ranking.values())
-    return Agreement(published, rank, space.legal_layouts, next(iter(ranking.values())), max_rank)
+    else:  # outside the space, over memory or a twin ranks ahead: by its throughput
+        rank = 1 + sum(c.cluster_tokens_per_s > target for c in ranking)
+    return Agreement(published, rank, space.legal_layouts, ranking[0], max_rank, twin_ahead)

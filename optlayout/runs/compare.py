@@ -24,6 +24,7 @@ from optlayout.runs.records import RunRecord
 from optlayout.solver.candidates import (
     THROUGHPUT_RESOLUTION,
     Candidate,
+    best_twins,
     capacity_mib,
     layout_identity,
     memory_mib,
@@ -31,6 +32,7 @@ from optlayout.solver.candidates import (
     peek,
     rank_key,
     throughput_scale,
+    twin_key,
 )
 from optlayout.solver.oracle import rank_problem
 from optlayout.solver.problem import Problem
@@ -58,20 +60,24 @@ _STATE_CHAIN = (Sharding.none, Sharding.zero1, Sharding.zero2)
 
 @dataclass(frozen=True)
 class GroupRanking:
-    """What compare keeps of one group's full ranking: positions, the best layout and the throughputs."""
+    """What compare keeps of one group's full ranking (under the twin rule, `twin_key`): positions, the best
+    layout, the throughputs, and the layout ranked for each twin class."""
 
     count: int
     position: dict[tuple[object, ...], int]
     best: tuple[Layout, float] | None
     descending_tps: list[float]
+    twins: dict[tuple[object, ...], tuple[Layout, float]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, ranking: list[Candidate]) -> GroupRanking:
         position: dict[tuple[object, ...], int] = {}
+        twins: dict[tuple[object, ...], tuple[Layout, float]] = {}
         for k, c in enumerate(ranking):
             position.setdefault(layout_identity(c.layout), k + 1)
+            twins.setdefault(twin_key(c.layout), (c.layout, c.evaluation.tokens_per_s_per_gpu))
         best = (ranking[0].layout, ranking[0].evaluation.tokens_per_s_per_gpu) if ranking else None
-        return cls(len(ranking), position, best, [c.evaluation.tokens_per_s_per_gpu for c in ranking])
+        return cls(len(ranking), position, best, [c.evaluation.tokens_per_s_per_gpu for c in ranking], twins)
 
     @classmethod
     def bounded(cls, problem: Problem, floor_tokens_per_s: float) -> GroupRanking:
@@ -85,7 +91,8 @@ class GroupRanking:
         `throughput_bound`) and evaluated until a bound falls below both the floor and the best feasible layout
         found (less two objective units, the rank key's rounding). So the best, the count, and the position and
         throughput of every layout at or above the floor are exact; the positions below it are left out, and so
-        are the throughputs of layouts below the floor."""
+        are the throughputs of layouts below the floor. Under the twin rule a recomputing layout is not evaluated
+        once a feasible twin of less recomputation surely ranks ahead of it (`CostTable.outranked_by_twin`)."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -101,7 +108,8 @@ class GroupRanking:
                 ok = state_ok[key] = table.state_fits(lay, cap_bytes)
             return ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
 
-        # distinct layouts as layout_identity tells them apart: by all but the accumulation, which is a degree
+        # distinct layouts under the twin rule, as twin_key tells them apart: by all but the accumulation (a degree
+        # of the group) and recomputation
         feasible: set[tuple[object, ...]] = set()
         fitting_groups: list[LayoutGroup] = []
         guesses: dict[tuple[object, ...], int] = {}
@@ -113,7 +121,7 @@ class GroupRanking:
             fitting = _fitting_choices(group, fits, guesses)
             if fitting:
                 degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
-                feasible.update((degrees, choice) for choice in fitting)
+                feasible.update((degrees, sharding, sp) for sharding, _, sp in fitting)
                 fitting_groups.append(group)
                 found[id(group)] = i, fitting
         # best bound first, a node's groups bounded only once the node leads (`CostTable.best_first`)
@@ -125,30 +133,43 @@ class GroupRanking:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
             i, fitting = found[id(group)]
-            for choice in fitting:
-                cand = table.candidate(table.fewest_recomputed(group.layout(*choice), cap_bytes))
+            twin_best: dict[tuple[Sharding, bool], float] = {}  # the best feasible twin so far, less recomputed
+            for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
+                lay = group.layout(sharding, recompute, sp)
+                twin_tps = twin_best.get((sharding, sp), -math.inf)
+                if recompute != Recompute.none and table.outranked_by_twin(lay, twin_tps):
+                    continue
+                cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
                 if passes_limits(cand, limits):
                     evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
+                    twin_best[sharding, sp] = max(twin_tps, cand.cluster_tokens_per_s)
         scale = throughput_scale([cand for _, cand in evaluated])
-        ranking: dict[tuple[object, ...], Candidate] = {}
         # ties in the rank key go by the order of the space, as in the exhaustive ranking
-        for _, cand in sorted(evaluated, key=lambda ic: (rank_key(ic[1], scale), ic[0])):
-            ranking.setdefault(layout_identity(cand.layout), cand)
-        ranked = list(ranking.values())
+        ranked = best_twins(cand for _, cand in sorted(evaluated, key=lambda ic: (rank_key(ic[1], scale), ic[0])))
         full = cls.of(ranked)
         kept = {
             ident: k for ident, k in full.position.items() if ranked[k - 1].cluster_tokens_per_s >= floor_tokens_per_s
         }
-        above = [c.evaluation.tokens_per_s_per_gpu for c in ranked if c.cluster_tokens_per_s >= floor_tokens_per_s]
-        return cls(len(feasible), kept, full.best, above)
+        above = [c for c in ranked if c.cluster_tokens_per_s >= floor_tokens_per_s]
+        twins = {twin_key(c.layout): (c.layout, c.evaluation.tokens_per_s_per_gpu) for c in above}
+        return cls(len(feasible), kept, full.best, [c.evaluation.tokens_per_s_per_gpu for c in above], twins)
 
     def rank_of(self, layout: Layout, tokens_per_s_per_gpu: float) -> int | None:
-        """The layout's position; one outside the searched space or over memory ranks by its throughput."""
+        """The layout's position; one outside the searched space, over memory or whose twin is ranked in its stead
+        (`twin_ahead`) ranks by its throughput."""
         found = self.position.get(layout_identity(layout))
         if found is not None or not self.count:
             return found
         return 1 + sum(tps > tokens_per_s_per_gpu for tps in self.descending_tps)
+
+    def twin_ahead(self, layout: Layout, tokens_per_s_per_gpu: float) -> Layout | None:
+        """The layout's twin (`twin_key`) ranked in its stead at no lower throughput, when the layout itself is not
+        ranked: the same layout but its recomputation, which the twin rule ranks instead."""
+        twin, tps = self.twins.get(twin_key(layout), (None, -math.inf))
+        if twin is None or layout_identity(twin) == layout_identity(layout) or tps < tokens_per_s_per_gpu:
+            return None
+        return twin
 
 
 def _batch_ok(group: LayoutGroup, lo: int | None, hi: int | None) -> bool:
@@ -366,6 +387,7 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
         "predicted_fits_memory": pred.prediction.fits,
         "memory_model_miss": pred.memory_model_miss,
         "measured_layout_rank": None,
+        "twin_ahead": None,
         "legal_layouts": None,
         "solver_pick": None,
         "solver_predicted_gain": None,
@@ -373,6 +395,8 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
     if ranking is not None:
         row["legal_layouts"] = ranking.count
         row["measured_layout_rank"] = ranking.rank_of(pred.layout, pred.prediction.tokens_per_s_per_gpu)
+        twin = ranking.twin_ahead(pred.layout, pred.prediction.tokens_per_s_per_gpu)
+        row["twin_ahead"] = twin.model_dump(mode="json") if twin is not None else None
         if ranking.best is not None:
             best_layout, best_tps = ranking.best
             row["solver_pick"] = best_layout.model_dump(mode="json")

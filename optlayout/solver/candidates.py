@@ -92,6 +92,31 @@ def layout_identity(layout: Layout) -> tuple[object, ...]:
     return tuple(getattr(layout, f) for f in _IDENTITY)
 
 
+_TWIN = tuple(name for name in _IDENTITY if name not in ("recompute", "recompute_layers"))
+
+
+def twin_key(layout: Layout) -> tuple[object, ...]:
+    """What twins share: a layout's identity (`layout_identity`) but its recomputation (`recompute` and
+    `recompute_layers`), i.e. the same degrees, micro-batch, sharding, sequence parallelism and stage split.
+
+    The twin rule: of the feasible layouts of the searched space (they fit memory and pass the limits) sharing a
+    twin key, only the best by `rank_key` (ties to less recomputation, `simplicity_key`) is ranked; the others are
+    never listed. Of layouts identical but for recomputation a user runs the fastest that fits, so its slower
+    twins would only crowd a top K. The rule compares the twins' own predictions and needs no argument that more
+    recomputation is slower. Only twins of the space count: a pinned recomputation leaves only the pinned ones.
+    The robust factor is the same across twins (it reads degrees and sharding only), so the rule is too."""
+    return tuple(getattr(layout, f) for f in _TWIN)
+
+
+def best_twins(ranked: Iterable[Candidate]) -> list[Candidate]:
+    """The feasible candidates `ranked` (best first by `rank_key`) under the twin rule (`twin_key`): each twin
+    class's first, at its best accumulation; what every ranking of the space lists."""
+    kept: dict[tuple[object, ...], Candidate] = {}
+    for cand in ranked:
+        kept.setdefault(twin_key(cand.layout), cand)
+    return list(kept.values())
+
+
 _PLACED = tuple(dict.fromkeys(a.name for a in (*GRID_AXES, *EXPERT_GRID_AXES)))
 
 
@@ -115,6 +140,7 @@ def simplicity_key(layout: Layout) -> tuple[object, ...]:
         used,
         _SHARDING_ORDER[layout.sharding],
         _RECOMPUTE_ORDER[layout.recompute],
+        layout.recompute_layers or math.inf,  # fewer recomputed layers first (none set: all of them)
         layout.sequence_parallel,
         layout.tp,
         layout.pp,
@@ -194,7 +220,7 @@ class CostTable:
         links = self.links(layout)
         ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
         ckpt = self.goodput.estimate(layout) if self.goodput is not None else None
-        factor = self.robust.factor(layout) if self.robust is not None else 1.0
+        factor = self.factor(layout)
         self.cost_s += time.perf_counter() - started
         return Candidate(layout, ev, (self.model, self.job, self.gpu), ckpt, factor)
 
@@ -293,6 +319,11 @@ class CostTable:
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
         stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time. Under the
         robust objective each bound is scaled by the largest factor it covers (`bound_factor`, `group_factor`).
+        (4) The twin rule (`twin_key`): the k-th best counts twin classes, each at its best; and a recomputing
+        layout is skipped once a feasible twin of less recomputation (the same sharding and sequence parallelism)
+        ranks above its step floor (`recomputing_floor_tps` x its robust factor, the same as the twin's), or once it
+        fits memory, above its throughput at one recomputed layer (`recomputing_tps`): that twin, or a better one,
+        is ranked in its stead.
         Returns the evaluated candidates (all fit memory; some may miss the batch or bubble limits) and the number
         of legal layouts. `clock` gets the time spent walking the space
         (enumeration), in the cost model (cost_tables) and the rest (reductions)."""
@@ -322,20 +353,17 @@ class CostTable:
                     continue
             state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
             unrecomputed: dict[bool, float] = {}  # per sequence parallelism: the evaluated recompute=none bound
-            for recompute, sp in group.variants():  # recompute=none first
-                if recompute != Recompute.none and threshold > -math.inf:
+            twin_best: dict[tuple[Sharding, bool], float] = {}  # per sharding and SP: the best feasible twin so far
+            for recompute, sp in group.variants():  # recompute=none first, then selective, then full
+                floor_tps = math.inf  # an upper bound on the variant's cluster tokens/s, before the robust factor
+                twinned = any(twin_sp == sp for _, twin_sp in twin_best)
+                if recompute != Recompute.none and (threshold > -math.inf or twinned):
                     # a recomputing variant is bounded by the same variant without recomputation (each term only
                     # rises), then by its own step floor
                     if unrecomputed.get(sp, math.inf) < threshold:
                         continue
-                    probe = group.layout(group.shardings[0], recompute, sp)  # sharding changes no floor term
-                    if probe.recompute == Recompute.full and probe.recompute_layers is None:
-                        probe = _with_recomputed_layers(probe, 1)  # the least recomputation the search may take
-                    started_s = time.perf_counter()
-                    floor_s = step_floor_s(self.model, self.job, probe, self.gpu, self.links(probe), self.params,
-                                           self._memo)  # fmt: skip
-                    self.cost_s += time.perf_counter() - started_s
-                    if probe.global_batch * self.job.seq_len / floor_s < threshold:
+                    floor_tps = self.recomputing_floor_tps(group.layout(group.shardings[0], recompute, sp))
+                    if floor_tps < threshold:
                         continue
                 for sharding in sorted(group.shardings, key=_SHARDED_FIRST.__getitem__):  # the tighter bound first
                     ok = state_by_sharding.get(sharding)
@@ -344,6 +372,9 @@ class CostTable:
                     listed = time.perf_counter()
                     lay = group.layout(sharding, recompute, sp)
                     enumerating_s += time.perf_counter() - listed
+                    twin_tps = twin_best.get((sharding, sp), -math.inf)
+                    if floor_tps * self.factor(lay) * (1 + 1e-9) < twin_tps:
+                        continue  # the twin rule: a feasible twin with less recomputation already ranks ahead of it
                     if ok is None:
                         skey = state_key(lay)
                         ok = state_ok.get(skey)
@@ -360,14 +391,17 @@ class CostTable:
                     if floor_mib > cap_mib or memory_mib(self.memory_bytes(lay)) > cap_mib:
                         overflow_mb[mkey] = min(lay.micro_batch, overflow_mb.get(mkey, 1 << 30))
                         continue  # it cannot fit (its first stage alone, or the fullest): no step time
+                    if self.outranked_by_twin(lay, twin_tps):
+                        continue  # the same, from its step time: no layer count to bisect
                     cand = self.candidate(self.fewest_recomputed(lay, capacity_bytes))  # it fits: so does this
                     if passes_limits(cand, limits):
-                        kth.add(layout_identity(lay), cand.cluster_tokens_per_s)
+                        kth.add(twin_key(lay), cand.cluster_tokens_per_s)
+                        twin_best[sharding, sp] = max(twin_tps, cand.cluster_tokens_per_s)
                     out.append(cand)
                     variant_tps = variant_bound(lay, cand.evaluation.times, self.job.seq_len)
                     if variant_tps < threshold and lay.recompute == Recompute.full and lay.recompute_layers is None:
                         # another sharding may fit fewer recomputed layers: bound it with the fewest, one
-                        fewest = _with_recomputed_layers(lay, 1)
+                        fewest = least_recomputed(lay)
                         variant_tps = variant_bound(fewest, self.times(fewest), self.job.seq_len)
                     if recompute == Recompute.none:
                         unrecomputed[sp] = min(variant_tps, unrecomputed.get(sp, math.inf))
@@ -379,6 +413,33 @@ class CostTable:
             clock.add("cost_tables", cost_s)
             clock.add("reductions", time.perf_counter() - started - enumerating_s - cost_s)
         return out, seen
+
+    def recomputing_floor_tps(self, layout: Layout) -> float:
+        """An upper bound on the cluster tokens/s of the recomputing layout's every sharding, before the robust
+        factor and goodput (which only lower it), from its step floor (`step_floor_s`, which sharding does not
+        change); with full recomputation of no set layer count, at one layer, the least the search may take."""
+        layout = least_recomputed(layout)
+        started_s = time.perf_counter()
+        floor_s = step_floor_s(self.model, self.job, layout, self.gpu, self.links(layout), self.params, self._memo)
+        self.cost_s += time.perf_counter() - started_s
+        return layout.global_batch * self.job.seq_len / floor_s
+
+    def recomputing_tps(self, layout: Layout) -> float:
+        """An upper bound on the cluster tokens/s of the recomputing layout as the search takes it, before the
+        robust factor and goodput: its own; with full recomputation of no set layer count, at one layer (more never
+        run faster, `fewest_recomputed`)."""
+        layout = least_recomputed(layout)
+        return layout.global_batch * self.job.seq_len / self.times(layout).step_time_s
+
+    def outranked_by_twin(self, layout: Layout, twin_tps: float) -> bool:
+        """Whether a feasible twin (`twin_key`) ranked at `twin_tps` (cluster tokens/s as ranked; -inf: none)
+        surely ranks ahead of the recomputing layout, whatever its layer count: its `recomputing_tps` x its robust
+        factor (the twins' own) falls below (goodput only lowers it). The twin rule then drops it unevaluated."""
+        return twin_tps > -math.inf and self.recomputing_tps(layout) * self.factor(layout) * (1 + 1e-9) < twin_tps
+
+    def factor(self, layout: Layout) -> float:
+        """The layout's robust factor (1 unless the robust objective ranks)."""
+        return self.robust.factor(layout) if self.robust is not None else 1.0
 
     def node_bound(self, members: list[LayoutGroup]) -> float:
         """An upper bound on the cluster tokens/s of every layout of groups sharing tp, cp, micro-batch, ep and etp:
@@ -416,6 +477,14 @@ def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     return Layout.unchecked(**{**dict(layout), "recompute_layers": n})
 
 
+def least_recomputed(layout: Layout) -> Layout:
+    """The layout with the least recomputation the search may take for it: with full recomputation of no set layer
+    count, one layer per model chunk; any other as it is."""
+    if layout.recompute == Recompute.full and layout.recompute_layers is None:
+        return _with_recomputed_layers(layout, 1)
+    return layout
+
+
 def peek(items: Iterable[tuple[float, LayoutGroup]]) -> tuple[float, Iterator[tuple[float, LayoutGroup]]]:
     """The first item's bound (0 when empty), and the items again."""
     it = iter(items)
@@ -437,7 +506,7 @@ def variant_bound(lay: Layout, t: TimeBreakdown, seq_len: int) -> float:
 
 
 class _KthBest:
-    """The k-th best cluster tokens/s over distinct layouts (each at its best accumulation) found so far;
+    """The k-th best cluster tokens/s over twin classes (`twin_key`; each at its best twin) found so far;
     -inf until k are found, or when there is no k (every layout is wanted)."""
 
     def __init__(self, k: int | None) -> None:
@@ -483,28 +552,30 @@ def passes_limits(candidate: Candidate, limits: Limits) -> bool:
 
 
 def top_k_skyline(candidates: list[Candidate], k: int, scale: float | None = None) -> list[Candidate]:
-    """The candidates that can be in the top k: drop those that at least `k` others beat on rank while
-    needing no more memory, with the same global batch and no larger bubble. Whatever the memory capacity,
-    batch bounds or bubble limit, such a candidate has k feasible better ones whenever it is feasible
-    itself, so it is never in the top k: the reduction is exact for the top-k CP-SAT model (which keeps
-    the memory and batch constraints). The argument holds for any rank the model and the oracle share,
-    so also for goodput, which is folded into `cluster_tokens_per_s` before ranking."""
+    """The candidates that can be in the top k: drop those that candidates of at least `k` twin classes
+    (`twin_key`), or one twin of their own, beat on rank while needing no more memory, with the same global batch
+    and no larger bubble. Whatever the memory capacity, batch bounds or bubble limit, such a candidate, whenever
+    it is feasible itself, has a feasible better twin (the twin rule drops it) or k twin classes whose best
+    feasible member beats it, so it is never in the top k: the reduction is exact for the top-k CP-SAT model
+    (which keeps the memory and batch constraints). The argument holds for any rank the model and the oracle
+    share, so also for goodput, which is folded into `cluster_tokens_per_s` before ranking."""
     scale = throughput_scale(candidates) if scale is None else scale
     kept: list[Candidate] = []
-    by_batch: dict[int, list[tuple[int, float]]] = {}
+    by_batch: dict[int, list[tuple[int, float, tuple[object, ...]]]] = {}
     for cand in sorted(candidates, key=lambda c: rank_key(c, scale)):
         better = by_batch.setdefault(cand.layout.global_batch, [])
         mem = memory_mib(cand.evaluation.memory_per_gpu_bytes)
         bubble = cand.evaluation.bubble_fraction
-        dominators = 0
-        for m, b in better:
+        mine = twin_key(cand.layout)
+        dominators: set[tuple[object, ...]] = set()
+        for m, b, twins in better:
             if m <= mem and b <= bubble:
-                dominators += 1
-                if dominators >= k:
+                dominators.add(twins)
+                if len(dominators) >= k or twins == mine:
                     break
-        if dominators < k:
+        if len(dominators) < k and mine not in dominators:
             kept.append(cand)
-            # Only kept candidates need remembering: one dropped was beaten by k kept ones that also beat
-            # everything it beats (memory and bubble order are transitive).
-            better.append((mem, bubble))
+            # Only kept candidates need remembering: one dropped was beaten by kept ones of k twin classes, or a
+            # kept twin, that also beat everything it beats (memory and bubble order are transitive).
+            better.append((mem, bubble, mine))
     return kept

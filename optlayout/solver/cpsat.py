@@ -4,7 +4,8 @@ It holds no physics: memory, throughput and bubble come from the cost tables. Co
 (`exactly_one_layout`, `memory_fits`, `global_batch_min`, `global_batch_max`, `bubble_limit`, `no_good_*`);
 the objective maximizes cluster throughput in scaled integers with the simplicity order as a tie-break
 folded in, so the optimum is unique and deterministic. Top-K re-solves with a no-good on each layout found
-(CP-SAT Primer, section "Top-k").
+(CP-SAT Primer, section "Top-k"), and on its twins (`twin_key`): the first found of a twin class is its
+best feasible one, the only one the twin rule ranks.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from optlayout.solver.candidates import (
     Candidate,
     Limits,
     capacity_mib,
-    layout_identity,
     memory_mib,
     passes_limits,
     scaled_throughput,
     simplicity_key,
     throughput_scale,
+    twin_key,
 )
 
 
@@ -88,7 +89,7 @@ def solve_top_k(
         model.add(sum(b * xi for b, xi in zip(bubble_ppm, x, strict=True)) <= limit_ppm).with_name("bubble_limit")
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, c in enumerate(candidates):
-        groups.setdefault(layout_identity(c.layout), []).append(i)
+        groups.setdefault(twin_key(c.layout), []).append(i)
     model.maximize(sum(c * xi for c, xi in zip(coeffs, x, strict=True)))
     build_s = time.perf_counter() - t0
 
@@ -108,7 +109,7 @@ def solve_top_k(
             status_name = "feasible"
         chosen = next(i for i, xi in enumerate(x) if solver.boolean_value(xi))
         ranked.append(candidates[chosen])
-        # no-good: this layout, with any accumulation, is taken
-        for j in groups[layout_identity(candidates[chosen].layout)]:
+        # no-good: this layout, with any accumulation and any recomputation (its twins), is taken
+        for j in groups[twin_key(candidates[chosen].layout)]:
             model.add(x[j] == 0).with_name(f"no_good_{len(ranked)}_{j}")
     return SolveResult(status_name, ranked, time.perf_counter() - t1, build_s, len(candidates))

@@ -1,6 +1,7 @@
 """The exhaustive oracle, for tests and benchmarks: every legal layout, every accumulation, the same cost model.
 
-No CP-SAT, no reductions: evaluate all, drop what does not fit or breaks a limit, sort by the same order.
+No CP-SAT, no reductions: evaluate all, drop what does not fit or breaks a limit, sort by the same order, keep
+each twin class's best (`best_twins`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from optlayout.solver.candidates import (
     Candidate,
     CostTable,
     Limits,
-    layout_identity,
+    best_twins,
     passes_limits,
     rank_key,
     throughput_scale,
@@ -32,7 +33,8 @@ def oracle_ranking(
     options: SpaceOptions,
     limits: Limits,
 ) -> list[Candidate]:
-    """All feasible layouts, best first, each distinct layout once (at its best accumulation)."""
+    """All feasible layouts, best first, each distinct layout once (at its best accumulation) under the twin
+    rule (of layouts differing only in recomputation, the best)."""
     walk_all = dataclasses.replace(options, all_grad_accum=True)
     feasible = []
     for layout in enumerate_layouts(model, job, gpus, domain_size, walk_all):
@@ -40,10 +42,7 @@ def oracle_ranking(
         if passes_limits(cand, limits):
             feasible.append(cand)
     scale = throughput_scale(feasible)
-    best_per_layout: dict[tuple[object, ...], Candidate] = {}
-    for cand in sorted(feasible, key=lambda c: rank_key(c, scale)):
-        best_per_layout.setdefault(layout_identity(cand.layout), cand)  # each layout at its best accumulation
-    return list(best_per_layout.values())
+    return best_twins(sorted(feasible, key=lambda c: rank_key(c, scale)))
 
 
 def rank_every_layout(
