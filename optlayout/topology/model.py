@@ -22,7 +22,7 @@ forwarding do), divided by the oversubscription climbed; the two run at once, so
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -49,25 +49,33 @@ class Topology:
     """A cluster as a graph of GPUs, NVSwitches, PCIe switches, CPUs, NICs and leaf/spine switches.
 
     Ranks are numbered server-major (rank = server_index * gpus_per_server + local_gpu). Treat `graph`
-    as read-only: the link tables are read from it once, when the Topology is made.
+    as read-only: the link tables are read from it once, when the Topology is made, unless they are given
+    (`tables`, with `gpu_nodes`): then `graph` may be a function that builds it, called the first time
+    `graph` is read (a regular cluster's tables come from its template, see `topology.regular`).
     """
 
     def __init__(
         self,
         name: str,
         gpu: GpuSpec,
-        graph: nx.Graph[str],
+        graph: nx.Graph[str] | Callable[[], nx.Graph[str]],
         gpu_nodes: Sequence[str] | None = None,
         description: str = "",
+        tables: Tables | None = None,
     ) -> None:
         self.name = name
         self.gpu = gpu
-        self.graph = graph
+        self._graph = graph
         self.description = description
-        self._gpu_nodes = list(gpu_nodes) if gpu_nodes is not None else ordered_gpu_nodes(graph)
+        if tables is not None and gpu_nodes is None:
+            raise ValueError("Topology: given tables need their gpu_nodes")
+        if gpu_nodes is None:
+            self._gpu_nodes: Sequence[str] = ordered_gpu_nodes(self.graph)
+        else:
+            self._gpu_nodes = gpu_nodes if tables is not None else list(gpu_nodes)
         if not self._gpu_nodes:
             raise InputError("nodes: the topology has no gpu nodes")
-        self._t: Tables = analyse(graph, self._gpu_nodes)
+        self._t: Tables = tables if tables is not None else analyse(self.graph, list(self._gpu_nodes))
         self.num_gpus = len(self._gpu_nodes)
         self.num_servers = len(self._t.server_names)
         self.gpus_per_server = self.num_gpus // self.num_servers
@@ -79,6 +87,13 @@ class Topology:
         self._contiguous_domains = bool((np.diff(self._t.domain) >= 0).all())
         self._factor = np.stack(self._t.factor) if self._t.factor else np.ones((0, self.num_gpus))
         self._lat_up = np.stack(self._t.lat_up) if self._t.lat_up else np.zeros((0, self.num_gpus))
+
+    @property
+    def graph(self) -> nx.Graph[str]:
+        """The cluster's graph (built on first use when the Topology was made from its tables)."""
+        if not isinstance(self._graph, nx.Graph):
+            self._graph = self._graph()
+        return self._graph
 
     def __repr__(self) -> str:
         return (
