@@ -63,6 +63,8 @@ SHAPES = {
 
 def assert_same_tables(template: Tables, graph: Tables) -> None:
     for f in fields(Tables):
+        if f.name == "period":  # known from the template only; checked by `test_a_periodic_cluster_...`
+            continue
         a, b = getattr(template, f.name), getattr(graph, f.name)
         if f.name in ("blocks", "factor", "lat_up"):
             assert len(a) == len(b), f.name
@@ -110,23 +112,56 @@ def test_irregular_templates_go_through_the_graph() -> None:
         assert regular_tables(GeneratorDoc.model_validate(doc), gpu) is None
 
 
-def test_a_template_topology_answers_as_the_graph_one() -> None:
-    """Every query (groups, dims, pairs, all-to-all, levels, summary) of the template-built Topology equals the
-    graph-built one on a cluster with several pods and 2:1 oversubscription."""
-    doc = generator(servers=20, fabric={"kind": "rail", "servers_per_leaf": 4, "oversubscription": 2.0})
-    fast = topology_from_dict(doc)
+def graph_built(doc: dict[str, Any]) -> Topology:
     spec = GeneratorDoc.model_validate(doc)
-    graph = build_generator(spec, fast.gpu).graph()
-    slow = Topology(fast.name, fast.gpu, graph, ordered_gpu_nodes(graph))
-    for size, stride in [(8, 1), (2, 8), (4, 8), (16, 8), (5, 32), (160, 1), (10, 16)]:
-        assert fast.dim_bandwidth_Bps(size, stride) == slow.dim_bandwidth_Bps(size, stride)
+    gpu = gpu_preset(spec.gpu)
+    graph = build_generator(spec, gpu).graph()
+    return Topology(spec.name or "topology", gpu, graph, ordered_gpu_nodes(graph))
+
+
+@pytest.mark.parametrize(
+    ("doc", "period"),
+    [
+        (generator(servers=20, fabric={"kind": "rail", "servers_per_leaf": 4, "oversubscription": 2.0}), 32),
+        (generator(servers=3, gpus_per_server=4, scale_up={"kind": "nvswitch", "domain_size": 12}), 12),
+        (generator(servers=2), 8),  # one pod: every server alike
+        (generator(servers=21, fabric={"kind": "rail", "servers_per_leaf": 4, "oversubscription": 2.0}), None),
+        (generator(gpu="gb200", servers=80, gpus_per_server=4, scale_up={"kind": "nvswitch", "domain_size": 72}), None),
+    ],
+)
+def test_a_template_topology_answers_as_the_graph_one(doc: dict[str, Any], period: int | None) -> None:
+    """Every query (groups, dims, pairs, all-to-all, levels, summary) of the template-built Topology equals the
+    graph-built one, which reads every group of a dimension, where the template one reads one period's worth."""
+    fast, slow = topology_from_dict(doc), graph_built(doc)
+    assert fast._t.period == period
+    n = fast.num_gpus
+    for size, stride in [(2, 1), (8, 1), (2, 8), (4, 8), (16, 8), (5, 32), (3, 1), (n // 4, 2), (n, 1), (2, n // 2)]:
+        if size * stride > n or size < 1:
+            continue
+        assert fast.dim_bandwidth_Bps(size, stride) == slow.dim_bandwidth_Bps(size, stride), (size, stride)
         assert fast.dim_latency_s(size, stride) == slow.dim_latency_s(size, stride)
         assert fast.dim_all_to_all_bandwidth_Bps(size, stride) == slow.dim_all_to_all_bandwidth_Bps(size, stride)
+        assert fast.dim_all_to_all_latency_s(size, stride) == slow.dim_all_to_all_latency_s(size, stride)
         assert fast.dim_domains(size, stride) == slow.dim_domains(size, stride)
-    assert fast.pairs_link(0, 40, 8) == slow.pairs_link(0, 40, 8)
-    assert fast.group_bandwidth_Bps([0, 9, 100]) == slow.group_bandwidth_Bps([0, 9, 100])
+    assert fast.pairs_link(0, n // 2, n // 4) == slow.pairs_link(0, n // 2, n // 4)
+    assert fast.group_bandwidth_Bps([0, 9, n - 1]) == slow.group_bandwidth_Bps([0, 9, n - 1])
     assert fast.summary() == slow.summary()  # its graph counts build the graph on demand
-    assert fast.gpu_node(159) == slow.gpu_node(159) == "s19/gpu7"
+    assert fast.gpu_node(n - 1) == slow.gpu_node(n - 1)
+
+
+def test_the_period_is_a_translation_of_every_table() -> None:
+    """Ranks r and r + period have the same values and sit at the same domain, server and block boundaries."""
+    doc = GeneratorDoc.model_validate(
+        generator(servers=24, fabric={"kind": "fat-tree", "servers_per_leaf": 3, "oversubscription": 1.5})
+    )
+    t = regular_tables(doc, gpu_preset(doc.gpu))
+    assert t is not None and t.period == 24
+    p = t.period
+    for values in (t.su_bw, t.su_lat, t.nic_bw, *t.factor, *t.lat_up):
+        assert np.array_equal(values[p:], values[:-p])
+    for ids in (t.server, t.domain, *t.blocks):
+        boundary = ids[1:] != ids[:-1]
+        assert np.array_equal(boundary[p:], boundary[:-p])
 
 
 def test_the_shorthand_builds_its_graph_only_when_asked() -> None:

@@ -44,6 +44,8 @@ class Tables:
     uplink_total: list[float] = field(default_factory=list)  # per tier k: capacity leaving its switches upwards
     mesh: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)  # rank -> peer -> (bw, latency)
     host: dict[int, Chain] = field(default_factory=dict)  # rank -> edges up its PCIe tree (pcie domains)
+    # ranks r and r + period are alike (same values; same domain, server and block boundaries), where known
+    period: int | None = None
 
 
 @dataclass

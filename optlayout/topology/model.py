@@ -321,9 +321,7 @@ class Topology:
             if size == 1:
                 hit = 1
             else:
-                span = size * stride
-                g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
-                dom = self._t.domain[((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride]
+                dom = self._t.domain[self._tiled_groups(size, stride)]
                 dom.sort(axis=1)
                 hit = int((1 + (dom[:, 1:] != dom[:, :-1]).sum(axis=1)).max())
             self._dim_domains[key] = hit
@@ -337,17 +335,14 @@ class Topology:
         return hit
 
     def _evaluate_dim(self, size: int, stride: int) -> tuple[float, float]:
-        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read (a sample can
+        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read, or one of each
+        alike kind on a periodic cluster (`_tiled_groups`; a sample can
         miss the groups that straddle a domain or pod edge: tp 16 in 72-GPU NVLink domains, say)."""
         if size < 1 or stride < 1:
             raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         if size == 1:
             return math.inf, 0.0
-        span = size * stride
-        if span > self.num_gpus:
-            raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
-        g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
-        bw, lat = self._worst_group(((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride)
+        bw, lat = self._worst_group(self._tiled_groups(size, stride))
         if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
             raise InputError(f"topology: groups of {size} GPUs {stride} apart have no usable link (bandwidth {bw:g})")
         return bw, lat
@@ -368,13 +363,18 @@ class Topology:
         return hit
 
     def _tiled_groups(self, size: int, stride: int) -> np.ndarray:
-        """Every group of a dimension laid out Megatron-style, one row each (size x stride blocks tiled)."""
+        """Every group of a dimension laid out Megatron-style, one row each (size x stride blocks tiled), or on a
+        periodic cluster the blocks up to the first that repeats one (shifted by a multiple of the period: alike
+        ranks, the same worst case)."""
         if size < 1 or stride < 1:
             raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         span = size * stride
         if span > self.num_gpus:
             raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
-        g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
+        blocks = self.num_gpus // span
+        if self._t.period is not None:
+            blocks = min(blocks, math.lcm(span, self._t.period) // span)
+        g = np.arange(blocks * stride, dtype=np.int64)
         return ((g // stride) * span + g % stride)[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride
 
     def _evaluate_all_to_all(self, size: int, stride: int) -> tuple[float, float]:

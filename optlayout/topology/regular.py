@@ -98,7 +98,11 @@ def regular_tables(doc: GeneratorDoc, gpu: GpuSpec) -> Tables | None:
     leaf_oversub = np.array(oversub_of_pod)[pod_of]
     lat_up0 = np.full(n, max(0.0, doc.nics.latency_us * US + leaf_lat_s))
 
+    pod_gpus = gps * (per_leaf if pods > 1 else 1)  # one pod: every server alike
+    period = math.lcm(size, pod_gpus)
+    whole = servers % per_leaf == 0 or pods == 1  # no smaller last pod
     tables = Tables(
+        period=period if whole and n % period == 0 else None,
         server=server,
         server_names=[f"s{k}" for k in range(servers)],
         domain=domain,
