@@ -248,6 +248,14 @@ class Topology:
         What a pipeline stage boundary needs: each of a stage's ranks sends to its peer in the next stage at
         once, each pair over its own path (per GPU: its NVSwitch link inside a domain, its own share of the
         NICs across domains, divided by the oversubscription of the tiers climbed), as a group of the two."""
+        if count < 1 or min(first, second) < 0 or max(first, second) + count > self.num_gpus:
+            raise InputError(f"pairs: ranks {first}+j and {second}+j (j < {count}) leave 0..{self.num_gpus - 1}")
+        if first == second:
+            raise InputError("pairs: a rank is paired with itself")
+        period = self._t.period
+        if period is not None:  # pairs shifted by a multiple of the period are alike: one period's worth, from 0
+            shift = min(first, second) // period * period
+            first, second, count = first - shift, second - shift, min(count, period)
         key = (first, second, count)
         hit = self._pairs.get(key)
         if hit is None:
@@ -255,10 +263,6 @@ class Topology:
         return hit
 
     def _evaluate_pairs(self, first: int, second: int, count: int) -> tuple[float, float]:
-        if count < 1 or min(first, second) < 0 or max(first, second) + count > self.num_gpus:
-            raise InputError(f"pairs: ranks {first}+j and {second}+j (j < {count}) leave 0..{self.num_gpus - 1}")
-        if first == second:
-            raise InputError("pairs: a rank is paired with itself")
         j = np.arange(count, dtype=np.int64)
         bw, lat = self._worst_group(np.sort(np.stack([first + j, second + j], axis=1), axis=1))
         if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
