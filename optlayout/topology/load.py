@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
-import networkx as nx
 import pydantic
 
 from optlayout.errors import InputError, describe_validation_error
@@ -20,6 +19,9 @@ from optlayout.topology.build import build_explicit, build_generator, check_grap
 from optlayout.topology.model import Topology, ordered_gpu_nodes
 from optlayout.topology.regular import ServerMajorNames, regular_tables
 from optlayout.topology.schema import ExplicitDoc, FabricSpec, GeneratorDoc, NicSpec, ScaleUpSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 SHORTHAND_KEYS = tuple(ClusterSpec.model_fields)
 

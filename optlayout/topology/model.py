@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from optlayout.errors import InputError
 from optlayout.specs import GpuSpec
 from optlayout.topology.analysis import Tables, analyse
+
+if TYPE_CHECKING:  # networkx loads only where a graph is built (`graph`, `analyse`)
+    import networkx as nx
 
 TIER_NAMES = ("leaf", "spine", "core")
 _KIND_CODE = {"nvswitch": 0, "mesh": 1, "pcie": 2, "none": 3}
@@ -91,7 +93,7 @@ class Topology:
     @property
     def graph(self) -> nx.Graph[str]:
         """The cluster's graph (built on first use when the Topology was made from its tables)."""
-        if not isinstance(self._graph, nx.Graph):
+        if callable(self._graph):  # a builder (a networkx Graph is not callable)
             self._graph = self._graph()
         return self._graph
 
