@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -172,3 +173,5 @@ def test_the_shorthand_builds_its_graph_only_when_asked() -> None:
     assert not hasattr(topo._graph, "nodes")  # a builder, not yet called
     assert topo.graph.number_of_nodes() == 64 + 8 + 64 + 8  # GPUs, NVSwitches, NICs, one leaf per rail
     assert load_topology(TOPOLOGIES / "dgx-h100.yaml").num_gpus == 1024
+    copy = pickle.loads(pickle.dumps(topology_from_cluster.__wrapped__(ClusterSpec(gpu="h100-sxm", gpus=16))))
+    assert copy.graph.number_of_nodes() == 16 + 2 + 16 + 8  # the builder travels with it

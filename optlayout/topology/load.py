@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -127,12 +127,13 @@ def _generated(doc: GeneratorDoc, gpu: GpuSpec, name: str) -> Topology:
             graph = build_generator(doc, gpu).graph()
             return Topology(name, gpu, graph, ordered_gpu_nodes(graph), doc.description)
 
-    def build() -> nx.Graph[str]:
-        with paused_gc():
-            return build_generator(doc, gpu).graph()
-
     names = ServerMajorNames(doc.servers, int(doc.gpus_per_server or 0))
-    return Topology(name, gpu, build, names, doc.description, tables=tables)
+    return Topology(name, gpu, partial(_generated_graph, doc, gpu), names, doc.description, tables=tables)
+
+
+def _generated_graph(doc: GeneratorDoc, gpu: GpuSpec) -> nx.Graph[str]:
+    with paused_gc():
+        return build_generator(doc, gpu).graph()
 
 
 @lru_cache(maxsize=16)
