@@ -341,9 +341,9 @@ class Topology:
         return hit
 
     def _evaluate_dim(self, size: int, stride: int) -> tuple[float, float]:
-        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read, or one of each
-        alike kind on a periodic cluster (`_tiled_groups`; a sample can
-        miss the groups that straddle a domain or pod edge: tp 16 in 72-GPU NVLink domains, say)."""
+        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read, or on a periodic
+        cluster one of each alike kind (`_tiled_groups`). A sample could miss the groups that straddle a domain or
+        pod edge: tp 16 in 72-GPU NVLink domains, say."""
         if size < 1 or stride < 1:
             raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         if size == 1:

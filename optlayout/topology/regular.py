@@ -87,13 +87,17 @@ def regular_tables(doc: GeneratorDoc, gpu: GpuSpec) -> Tables | None:
     spines = (fabric.spine_switches or count) if pods > 1 else 0
     leaf_lat_s, spine_lat_s = fabric.leaf_latency_us * US, fabric.spine_latency_us * US
     leaves_per_pod = count if rail else 1
-    oversub_of_pod, up_capacity = [], []
-    for pod in range(pods):
-        in_pod = min(per_leaf, servers - pod * per_leaf)
+
+    def leaf(in_pod: int) -> tuple[float, float]:
+        """(oversubscription, uplink capacity) of a leaf of a pod of `in_pod` servers."""
         down = _repeated_sum(port, in_pod * (1 if rail else count))
         up = _repeated_sum(down / fabric.oversubscription / spines, spines) if spines else 0.0
-        oversub_of_pod.append(max(1.0, down / up) if up > 0 else math.inf)
-        up_capacity += [up] * leaves_per_pod
+        return (max(1.0, down / up) if up > 0 else math.inf), up
+
+    sizes = [per_leaf] * (servers // per_leaf) + ([servers % per_leaf] if servers % per_leaf else [])
+    alike = {in_pod: leaf(in_pod) for in_pod in set(sizes)}  # a full pod, and a smaller last one
+    oversub_of_pod = [alike[in_pod][0] for in_pod in sizes]
+    up_capacity = [alike[in_pod][1] for in_pod in sizes for _ in range(leaves_per_pod)]
     pod_of = server // per_leaf
     leaf_oversub = np.array(oversub_of_pod)[pod_of]
     lat_up0 = np.full(n, max(0.0, doc.nics.latency_us * US + leaf_lat_s))
