@@ -340,24 +340,14 @@ def _chunk_bytes(
     layout: Layout,
     params: CostParams,
     memo: dict[tuple[object, ...], Any] | None,
-    stage: int,
     chunks: tuple[ChunkSplit, ...],
 ) -> list[float]:
-    """The activation bytes one micro-batch leaves in each of the chunks of rank `stage` (`chunks`, from
-    `_split_stages`): the layers at the layout's per-layer bytes, and those kept whole at the bytes of no
-    recomputation; through the memo (a new list each call: callers add to it)."""
-    key = ("chunk_bytes", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
-           layout.recompute, layout.recompute_layers, layout.pp, layout.vp, layout.first_stage_layers,
-           layout.last_stage_layers, stage)  # fmt: skip
-    found: list[float] | None = memo.get(key) if memo is not None else None
-    if found is None:
-        per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
-        whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
-            kept for _, kept in chunks) else per_kind  # fmt: skip
-        found = [sum(n * per_kind[k] for k, n in held) + sum(n * whole[k] for k, n in kept) for held, kept in chunks]
-        if memo is not None:
-            memo[key] = found
-    return list(found)
+    """The activation bytes one micro-batch leaves in each of a rank's chunks (`_split_stages`): the layers at the
+    layout's per-layer bytes, and those kept whole at the bytes of no recomputation."""
+    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+    whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
+        kept for _, kept in chunks) else per_kind  # fmt: skip
+    return [sum(n * per_kind[k] for k, n in held) + sum(n * whole[k] for k, n in kept) for held, kept in chunks]
 
 
 def _stage_activations(
@@ -380,7 +370,7 @@ def _stage_activations(
         recomputing = max(whole[k] for k in set(model.layer_kinds))
     stage_acts: list[tuple[int, float]] = []
     for stage, chunks in _split_stages(model, layout, memo)[1]:
-        chunk_bytes = _chunk_bytes(model, job, layout, params, memo, stage, chunks)
+        chunk_bytes = _chunk_bytes(model, job, layout, params, memo, chunks)
         if model.mtp_layers and stage == last:  # the MTP modules run after the last layer, in its last chunk
             chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
         acts, first_chunk = inflight_bytes(layout, chunk_bytes, stage)
@@ -428,7 +418,7 @@ def memory_floor_bytes(
     per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
     first_stage = _split_stages(model, layout, memo)[1][0]
     assert first_stage[0] == 0
-    chunk_bytes = _chunk_bytes(model, job, layout, params, memo, 0, first_stage[1])
+    chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1])
     if layout.pp == 1 and model.mtp_layers:
         chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
     acts, _ = inflight_bytes(layout, chunk_bytes, 0)
