@@ -59,11 +59,22 @@ def test_a_command_imports_only_what_it_uses(args: tuple[str, ...], absent: tupl
     assert not modules & set(absent), f"optlayout {args[0]} loaded {sorted(modules & set(absent))}"
 
 
-def test_a_solve_loads_the_solver_and_the_graph() -> None:
-    """The other side of the laziness: the commands that need them still load them."""
-    _, modules = loaded_by("solve", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=8", "--seq-len", "4096",
-                           "--global-batch", "64", "--top", "1")  # fmt: skip
-    assert {"ortools", "networkx"} <= modules
+SOLVE_8B = ("solve", "--model", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "64", "--top", "1")
+
+
+def test_a_solve_loads_the_solver_and_the_graph_only_where_it_needs_one() -> None:
+    """The other side of the laziness: a solve loads OR-Tools; networkx only for a cluster read as a graph (an
+    explicit-form file, a PCIe server), not for one whose tables come from its template (the shorthand, a
+    generator-form NVSwitch file: `topology.regular`)."""
+    for where, graph in (
+        (("--cluster", "gpu=h100-sxm,gpus=8"), False),
+        (("--topology", str(ROOT / "topologies" / "dgx-h100.yaml")), False),
+        (("--topology", str(ROOT / "topologies" / "example-explicit.yaml")), True),
+        (("--topology", str(ROOT / "topologies" / "pcie-a100-8x.yaml")), True),
+    ):
+        code, modules = loaded_by(*SOLVE_8B, *where)
+        assert code == 0 and "ortools" in modules
+        assert ("networkx" in modules) == graph, where
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -22,6 +22,7 @@ from optlayout.specs import ClusterSpec
 from optlayout.topology import (
     Topology,
     load_topology,
+    ordered_gpu_nodes,
     parse_cluster_shorthand,
     resolve_cluster,
     topology_from_cluster,
@@ -168,7 +169,9 @@ def test_pipeline_pair_and_group_order_do_not_matter():
 
 
 def test_dim_reads_every_group_and_caches(monkeypatch: pytest.MonkeyPatch):
-    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16384))
+    shorthand = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16384))
+    graph = shorthand.graph
+    topo = Topology("from its graph", shorthand.gpu, graph, ordered_gpu_nodes(graph))  # no period known
     calls: list[tuple[int, ...]] = []
     original = Topology._worst_group
 
@@ -177,11 +180,18 @@ def test_dim_reads_every_group_and_caches(monkeypatch: pytest.MonkeyPatch):
         return original(self, rows)
 
     monkeypatch.setattr(Topology, "_worst_group", counting)
-    topo._dims.clear()
     assert topo.dim_bandwidth_Bps(2, 4096) == 50e9  # 8,192 groups in the world, all read at once
     assert calls == [(8192, 2)]
     topo.dim_bandwidth_Bps(2, 4096)
     assert calls == [(8192, 2)]  # cached
+    # The shorthand's tables repeat every pod of 32 servers (256 GPUs): the 4,096 groups of ranks i and i + 4096
+    # (i < 4096) are the other 4,096 shifted by 8,192 ranks, a multiple of 256: alike, read once.
+    shorthand._dims.clear()
+    assert shorthand.dim_bandwidth_Bps(2, 4096) == 50e9
+    assert calls[1:] == [(4096, 2)]
+    shorthand._dims.clear()
+    assert shorthand.dim_bandwidth_Bps(8, 1) == topo.dim_bandwidth_Bps(8, 1)
+    assert calls[2:] == [(32, 8), (2048, 8)]  # one pod's 32 tp groups against all 2,048
 
 
 def test_dim_finds_tp_groups_straddling_an_nvl72_edge():

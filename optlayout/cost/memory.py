@@ -341,10 +341,11 @@ def _chunk_bytes(
     params: CostParams,
     memo: dict[tuple[object, ...], Any] | None,
     chunks: tuple[ChunkSplit, ...],
+    per_kind: dict[LayerKind, float],
 ) -> list[float]:
     """The activation bytes one micro-batch leaves in each of a rank's chunks (`_split_stages`): the layers at the
-    layout's per-layer bytes, and those kept whole at the bytes of no recomputation."""
-    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+    layout's per-layer bytes (`per_kind`, the layout's `_per_kind_activation_bytes`), and those kept whole at the
+    bytes of no recomputation."""
     whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
         kept for _, kept in chunks) else per_kind  # fmt: skip
     return [sum(n * per_kind[k] for k, n in held) + sum(n * whole[k] for k, n in kept) for held, kept in chunks]
@@ -370,7 +371,7 @@ def _stage_activations(
         recomputing = max(whole[k] for k in set(model.layer_kinds))
     stage_acts: list[tuple[int, float]] = []
     for stage, chunks in _split_stages(model, layout, memo)[1]:
-        chunk_bytes = _chunk_bytes(model, job, layout, params, memo, chunks)
+        chunk_bytes = _chunk_bytes(model, job, layout, params, memo, chunks, per_kind)
         if model.mtp_layers and stage == last:  # the MTP modules run after the last layer, in its last chunk
             chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
         acts, first_chunk = inflight_bytes(layout, chunk_bytes, stage)
@@ -418,7 +419,7 @@ def memory_floor_bytes(
     per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
     first_stage = _split_stages(model, layout, memo)[1][0]
     assert first_stage[0] == 0
-    chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1])
+    chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1], per_kind)
     if layout.pp == 1 and model.mtp_layers:
         chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
     acts, _ = inflight_bytes(layout, chunk_bytes, 0)

@@ -402,13 +402,22 @@ def _slowest_stage(
     params: CostParams,
     memo: dict[tuple[object, ...], Any] | None,
 ) -> tuple[StageTimes, int]:
-    """The slowest stage's times per micro-batch and the layers it holds."""
-    held = rank_kinds(model.layer_kinds, layout)
-    rerun = _recomputed_mixes(model, layout)
-    shapes = {(mix, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}  # stages alike cost alike
-    stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r),
-               sum(n for _, n in mix)) for mix, last, r in sorted(shapes)]  # fmt: skip
-    return max(stages, key=lambda stage: stage[0].total_s)
+    """The slowest stage's times per micro-batch and the layers it holds, through the memo: they depend on the
+    layer-times key, the recomputation and the stage split only (not on dp, accumulation or sharding)."""
+    key = ("slowest", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
+           layout.recompute, layout.recompute_layers, layout.pp, layout.vp, layout.first_stage_layers,
+           layout.last_stage_layers)  # fmt: skip
+    found: tuple[StageTimes, int] | None = memo.get(key) if memo is not None else None
+    if found is None:
+        held = rank_kinds(model.layer_kinds, layout)
+        rerun = _recomputed_mixes(model, layout)
+        shapes = {(mix, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}  # stages alike cost alike
+        stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r),
+                   sum(n for _, n in mix)) for mix, last, r in sorted(shapes)]  # fmt: skip
+        found = max(stages, key=lambda stage: stage[0].total_s)
+        if memo is not None:
+            memo[key] = found
+    return found
 
 
 def _recomputed_mixes(model: ModelSpec, layout: Layout) -> tuple[tuple[tuple[LayerKind, int], ...] | None, ...]:

@@ -1,4 +1,6 @@
-"""Cluster topology: files (generator or explicit form) -> networkx graph -> bandwidth of rank groups.
+"""Cluster topology: files (generator or explicit form) -> networkx graph -> bandwidth of rank groups; a regular
+generator-form cluster (the `--cluster` shorthand, NVSwitch servers) skips the graph: its link tables come from
+its template (`topology.regular`), the graph is built only when asked for.
 
 Nodes: GPUs, NVSwitch domains, PCIe switches, CPUs, NICs, leaf/spine/core switches. Edges: bandwidth
 (bytes/s per direction) and latency (s). The bandwidth a rank group gets is read from the links its

@@ -14,13 +14,15 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import networkx as nx
 import numpy as np
 
 from optlayout.errors import InputError
 from optlayout.topology.schema import HOST_KINDS, SWITCH_TIERS
+
+if TYPE_CHECKING:  # loaded by the functions that build graphs: a regular cluster's tables need none
+    import networkx as nx
 
 Adjacency = Mapping[str, Mapping[str, Mapping[str, Any]]]  # node -> neighbour -> edge data (graph.adj)
 Chain = list[tuple[str, float, float]]  # (parent node, bandwidth of the edge up to it, latency of that edge)
@@ -44,6 +46,8 @@ class Tables:
     uplink_total: list[float] = field(default_factory=list)  # per tier k: capacity leaving its switches upwards
     mesh: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)  # rank -> peer -> (bw, latency)
     host: dict[int, Chain] = field(default_factory=dict)  # rank -> edges up its PCIe tree (pcie domains)
+    # ranks r and r + period are alike (same values; same domain, server and block boundaries), where known
+    period: int | None = None
 
 
 @dataclass
@@ -135,6 +139,8 @@ def _switch_info(adj: Adjacency, nodes: dict[str, dict[str, Any]], kind: dict[st
 
 def _components(adj: Adjacency, tier: dict[str, int], top: int) -> dict[str, int]:
     """Connected components of the switches of tier <= top (ids in order of first node)."""
+    import networkx as nx
+
     below: nx.Graph[str] = nx.Graph()
     below.add_nodes_from(s for s, t in tier.items() if t <= top)
     below.add_edges_from((s, nb) for s in below for nb in adj[s] if tier.get(nb, top + 1) <= top)
@@ -269,6 +275,8 @@ def _share_nics(scan: _Scan, sw: _Switches) -> None:
 def _domains(scan: _Scan, server: np.ndarray, gpu_nodes: list[str]) -> tuple[np.ndarray, list[str]]:
     """Scale-up domain per rank (numbered in rank order) and each domain's kind: the connected components of
     the NVSwitch and GPU-GPU links, else the server's PCIe tree, else the GPU alone."""
+
+    import networkx as nx
 
     # A GPU on one NVSwitch and nothing else (the common case) only hangs off that switch: it is left out
     # of the graph and takes its switch's component (131,072 such GPUs would add 1.5 s of edges).

@@ -12,9 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import ceil
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from optlayout.errors import InputError
 from optlayout.inputs.limits import MAX_GPUS, MAX_GRAPH_ELEMENTS
@@ -29,6 +27,9 @@ from optlayout.topology.schema import (
     ServerGraphSpec,
     ServerPart,
 )
+
+if TYPE_CHECKING:  # loaded by `GraphBuilder.graph`, where a graph is made
+    import networkx as nx
 
 US = 1e-6
 DEFAULT_PCIE_GBYTES_PER_S = 25.0  # PCIe Gen4 x16, ~25 GB/s per direction in practice (31.5 raw)
@@ -89,6 +90,8 @@ class GraphBuilder:
 
     def graph(self) -> nx.Graph[str]:
         """The networkx Graph over the built dicts, handed over without copying (see the comment inside)."""
+        import networkx as nx
+
         graph: nx.Graph[str] = nx.Graph()
         # The one private use of networkx: its Graph keeps exactly these dicts (node -> attributes, node ->
         # neighbour -> shared edge data), so they are installed as they are. The public `add_nodes_from` +

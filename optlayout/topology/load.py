@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import pydantic
 
@@ -14,10 +14,14 @@ from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.numbers import int_from_text, number_from_text
 from optlayout.inputs.readers import TOPOLOGY
 from optlayout.presets import gpu_preset
-from optlayout.specs import ClusterSpec
-from optlayout.topology.build import build_explicit, build_generator, paused_gc
+from optlayout.specs import ClusterSpec, GpuSpec
+from optlayout.topology.build import build_explicit, build_generator, check_graph_size, paused_gc
 from optlayout.topology.model import Topology, ordered_gpu_nodes
+from optlayout.topology.regular import ServerMajorNames, regular_tables
 from optlayout.topology.schema import ExplicitDoc, FabricSpec, GeneratorDoc, NicSpec, ScaleUpSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 SHORTHAND_KEYS = tuple(ClusterSpec.model_fields)
 
@@ -104,19 +108,39 @@ def topology_from_dict(doc: Any, default_name: str = "topology", where: str = "t
         raise InputError(describe_validation_error(exc, where)) from None
     try:
         gpu = gpu_preset(spec.gpu)
+        if isinstance(spec, GeneratorDoc):
+            return _generated(spec, gpu, spec.name or default_name)
         with paused_gc():
-            builder = build_generator(spec, gpu) if isinstance(spec, GeneratorDoc) else build_explicit(spec, gpu)
-            graph = builder.graph()
+            graph = build_explicit(spec, gpu).graph()
             return Topology(spec.name or default_name, gpu, graph, ordered_gpu_nodes(graph), spec.description)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
+
+
+def _generated(doc: GeneratorDoc, gpu: GpuSpec, name: str) -> Topology:
+    """A generator-form cluster: from its template's tables where it is regular (the graph then built only if
+    asked for), else from its graph."""
+    check_graph_size(doc.servers, doc, doc.fabric)
+    tables = regular_tables(doc, gpu)
+    if tables is None:
+        with paused_gc():
+            graph = build_generator(doc, gpu).graph()
+            return Topology(name, gpu, graph, ordered_gpu_nodes(graph), doc.description)
+
+    names = ServerMajorNames(doc.servers, int(doc.gpus_per_server or 0))
+    return Topology(name, gpu, partial(_generated_graph, doc, gpu), names, doc.description, tables=tables)
+
+
+def _generated_graph(doc: GeneratorDoc, gpu: GpuSpec) -> nx.Graph[str]:
+    with paused_gc():
+        return build_generator(doc, gpu).graph()
 
 
 @lru_cache(maxsize=16)
 def topology_from_cluster(cluster: ClusterSpec) -> Topology:
     """The standard graph of the shorthand: NVSwitch domains, one NIC per GPU, rail-optimized fat tree.
 
-    Cached per ClusterSpec (131,072 GPUs take a couple of seconds to build); treat the result as read-only.
+    Cached per ClusterSpec; treat the result as read-only.
     """
     per_server = min(cluster.gpus_per_node, cluster.gpus)
     doc = GeneratorDoc(
@@ -129,11 +153,7 @@ def topology_from_cluster(cluster: ClusterSpec) -> Topology:
         nics=NicSpec(per_server=per_server, gbps=cluster.inter_node_gbps_per_gpu),
         fabric=FabricSpec(kind="rail", oversubscription=cluster.oversubscription),
     )
-    gpu = gpu_preset(cluster.gpu)
-    with paused_gc():
-        builder = build_generator(doc, gpu)
-        names = [f"s{k}/gpu{j}" for k in range(doc.servers) for j in range(per_server)]
-        return Topology(doc.name or "cluster", gpu, builder.graph(), names, doc.description)
+    return _generated(doc, gpu_preset(cluster.gpu), doc.name or "cluster")
 
 
 @checked_arguments

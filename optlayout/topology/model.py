@@ -22,15 +22,17 @@ forwarding do), divided by the oversubscription climbed; the two run at once, so
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from optlayout.errors import InputError
 from optlayout.specs import GpuSpec
 from optlayout.topology.analysis import Tables, analyse
+
+if TYPE_CHECKING:  # networkx loads only where a graph is built (`graph`, `analyse`)
+    import networkx as nx
 
 TIER_NAMES = ("leaf", "spine", "core")
 _KIND_CODE = {"nvswitch": 0, "mesh": 1, "pcie": 2, "none": 3}
@@ -49,25 +51,33 @@ class Topology:
     """A cluster as a graph of GPUs, NVSwitches, PCIe switches, CPUs, NICs and leaf/spine switches.
 
     Ranks are numbered server-major (rank = server_index * gpus_per_server + local_gpu). Treat `graph`
-    as read-only: the link tables are read from it once, when the Topology is made.
+    as read-only: the link tables are read from it once, when the Topology is made, unless they are given
+    (`tables`, with `gpu_nodes`): then `graph` may be a function that builds it, called the first time
+    `graph` is read (a regular cluster's tables come from its template, see `topology.regular`).
     """
 
     def __init__(
         self,
         name: str,
         gpu: GpuSpec,
-        graph: nx.Graph[str],
+        graph: nx.Graph[str] | Callable[[], nx.Graph[str]],
         gpu_nodes: Sequence[str] | None = None,
         description: str = "",
+        tables: Tables | None = None,
     ) -> None:
         self.name = name
         self.gpu = gpu
-        self.graph = graph
+        self._graph = graph
         self.description = description
-        self._gpu_nodes = list(gpu_nodes) if gpu_nodes is not None else ordered_gpu_nodes(graph)
+        if tables is not None and gpu_nodes is None:
+            raise ValueError("Topology: given tables need their gpu_nodes")
+        if gpu_nodes is None:
+            self._gpu_nodes: Sequence[str] = ordered_gpu_nodes(self.graph)
+        else:
+            self._gpu_nodes = gpu_nodes if tables is not None else list(gpu_nodes)
         if not self._gpu_nodes:
             raise InputError("nodes: the topology has no gpu nodes")
-        self._t: Tables = analyse(graph, self._gpu_nodes)
+        self._t: Tables = tables if tables is not None else analyse(self.graph, list(self._gpu_nodes))
         self.num_gpus = len(self._gpu_nodes)
         self.num_servers = len(self._t.server_names)
         self.gpus_per_server = self.num_gpus // self.num_servers
@@ -79,6 +89,13 @@ class Topology:
         self._contiguous_domains = bool((np.diff(self._t.domain) >= 0).all())
         self._factor = np.stack(self._t.factor) if self._t.factor else np.ones((0, self.num_gpus))
         self._lat_up = np.stack(self._t.lat_up) if self._t.lat_up else np.zeros((0, self.num_gpus))
+
+    @property
+    def graph(self) -> nx.Graph[str]:
+        """The cluster's graph (built on first use when the Topology was made from its tables)."""
+        if callable(self._graph):  # a builder (a networkx Graph is not callable)
+            self._graph = self._graph()
+        return self._graph
 
     def __repr__(self) -> str:
         return (
@@ -233,6 +250,14 @@ class Topology:
         What a pipeline stage boundary needs: each of a stage's ranks sends to its peer in the next stage at
         once, each pair over its own path (per GPU: its NVSwitch link inside a domain, its own share of the
         NICs across domains, divided by the oversubscription of the tiers climbed), as a group of the two."""
+        if count < 1 or min(first, second) < 0 or max(first, second) + count > self.num_gpus:
+            raise InputError(f"pairs: ranks {first}+j and {second}+j (j < {count}) leave 0..{self.num_gpus - 1}")
+        if first == second:
+            raise InputError("pairs: a rank is paired with itself")
+        period = self._t.period
+        if period is not None:  # pairs shifted by a multiple of the period are alike: one period's worth, from 0
+            shift = min(first, second) // period * period
+            first, second, count = first - shift, second - shift, min(count, period)
         key = (first, second, count)
         hit = self._pairs.get(key)
         if hit is None:
@@ -240,10 +265,6 @@ class Topology:
         return hit
 
     def _evaluate_pairs(self, first: int, second: int, count: int) -> tuple[float, float]:
-        if count < 1 or min(first, second) < 0 or max(first, second) + count > self.num_gpus:
-            raise InputError(f"pairs: ranks {first}+j and {second}+j (j < {count}) leave 0..{self.num_gpus - 1}")
-        if first == second:
-            raise InputError("pairs: a rank is paired with itself")
         j = np.arange(count, dtype=np.int64)
         bw, lat = self._worst_group(np.sort(np.stack([first + j, second + j], axis=1), axis=1))
         if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
@@ -306,9 +327,7 @@ class Topology:
             if size == 1:
                 hit = 1
             else:
-                span = size * stride
-                g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
-                dom = self._t.domain[((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride]
+                dom = self._t.domain[self._tiled_groups(size, stride)]
                 dom.sort(axis=1)
                 hit = int((1 + (dom[:, 1:] != dom[:, :-1]).sum(axis=1)).max())
             self._dim_domains[key] = hit
@@ -322,17 +341,14 @@ class Topology:
         return hit
 
     def _evaluate_dim(self, size: int, stride: int) -> tuple[float, float]:
-        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read (a sample can
-        miss the groups that straddle a domain or pod edge: tp 16 in 72-GPU NVLink domains, say)."""
+        """Groups tile the first floor(N / (size*stride)) * size*stride ranks; every one is read, or on a periodic
+        cluster one of each alike kind (`_tiled_groups`). A sample could miss the groups that straddle a domain or
+        pod edge: tp 16 in 72-GPU NVLink domains, say."""
         if size < 1 or stride < 1:
             raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         if size == 1:
             return math.inf, 0.0
-        span = size * stride
-        if span > self.num_gpus:
-            raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
-        g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
-        bw, lat = self._worst_group(((g // stride) * span + g % stride)[:, None] + np.arange(size) * stride)
+        bw, lat = self._worst_group(self._tiled_groups(size, stride))
         if not (0 < bw <= math.inf and 0 <= lat < math.inf):  # the cost model divides by it
             raise InputError(f"topology: groups of {size} GPUs {stride} apart have no usable link (bandwidth {bw:g})")
         return bw, lat
@@ -353,13 +369,18 @@ class Topology:
         return hit
 
     def _tiled_groups(self, size: int, stride: int) -> np.ndarray:
-        """Every group of a dimension laid out Megatron-style, one row each (size x stride blocks tiled)."""
+        """Every group of a dimension laid out Megatron-style, one row each (size x stride blocks tiled), or on a
+        periodic cluster the blocks up to the first that repeats one (shifted by a multiple of the period: alike
+        ranks, the same worst case)."""
         if size < 1 or stride < 1:
             raise InputError(f"dim: size ({size}) and stride ({stride}) must be positive")
         span = size * stride
         if span > self.num_gpus:
             raise InputError(f"dim: size {size} x stride {stride} = {span} exceeds the {self.num_gpus} GPUs")
-        g = np.arange((self.num_gpus // span) * stride, dtype=np.int64)
+        blocks = self.num_gpus // span
+        if self._t.period is not None:
+            blocks = min(blocks, math.lcm(span, self._t.period) // span)
+        g = np.arange(blocks * stride, dtype=np.int64)
         return ((g // stride) * span + g % stride)[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride
 
     def _evaluate_all_to_all(self, size: int, stride: int) -> tuple[float, float]:
