@@ -22,7 +22,7 @@ widest quantiles stored. The low end is the conservative estimate `solve --robus
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,19 +251,36 @@ def bounds(u: Uncertainty, r: Regimes) -> Bounds:
 def coverage(rows: Sequence[HeldOut]) -> dict[str, Any]:
     """How often the interval covers a run's measured throughput with the run's source held out: the distributions
     and support come from the other sources' rows. Also the share the overall quantiles alone cover."""
-    sources = sorted({row.source for row in rows})
+
+    def held_out(others: list[HeldOut]) -> Uncertainty | None:
+        return build_uncertainty(others) if others else None
+
+    return _held_out_coverage(rows, lambda row: row.source, held_out, lambda u: u.overall, "overall", "per_source")
+
+
+def _held_out_coverage(
+    rows: Sequence[HeldOut],
+    group_of: Callable[[HeldOut], str],
+    held_out: Callable[[list[HeldOut]], Uncertainty | None],
+    alone: Callable[[Uncertainty], Quantiles | None],
+    alone_name: str,
+    per_name: str,
+) -> dict[str, Any]:
+    """The interval's coverage of `rows` with each group (`group_of`) left out of the distributions (`held_out`
+    of the other groups' rows; None: the group is not counted), overall and per group (`per_name`), and the share
+    one distribution (`alone`) covers alone (`covered_by_{alone_name}_quantiles_only`)."""
     covered: dict[str, list[bool]] = {}
     plain: list[bool] = []
-    for source in sources:
-        others = [row for row in rows if row.source != source]
-        if not others:
+    for group in sorted({group_of(row) for row in rows}):
+        u = held_out([row for row in rows if group_of(row) != group])
+        if u is None:
             continue
-        u = build_uncertainty(others)
+        q = alone(u)
         for row in rows:
-            if row.source == source:
+            if group_of(row) == group:
                 b = bounds(u, row.regimes)
-                covered.setdefault(source, []).append(b.low <= row.log_error <= b.high)
-                plain.append(u.overall.low <= row.log_error <= u.overall.high)
+                covered.setdefault(group, []).append(b.low <= row.log_error <= b.high)
+                plain.append(q is not None and q.low <= row.log_error <= q.high)
     every = [hit for hits in covered.values() for hit in hits]
     if not every:
         return {}
@@ -271,8 +288,8 @@ def coverage(rows: Sequence[HeldOut]) -> dict[str, Any]:
         "nominal": round(LEVELS[2] - LEVELS[0], 6),
         "runs": len(every),
         "covered": round(sum(every) / len(every), 4),
-        "covered_by_overall_quantiles_only": round(sum(plain) / len(plain), 4),
-        "per_source": {s: round(sum(v) / len(v), 4) for s, v in covered.items()},
+        f"covered_by_{alone_name}_quantiles_only": round(sum(plain) / len(plain), 4),
+        per_name: {g: round(sum(v) / len(v), 4) for g, v in covered.items()},
     }
 
 
@@ -295,26 +312,8 @@ def moe_coverage(u: Uncertainty, rows: Sequence[HeldOut]) -> dict[str, Any]:
     """How often the interval covers an MoE run's measured throughput with the run's model held out: the `moe`
     regime from the other models' rows (fewer than `MIN_REGIME_RUNS`: unsupported, the interval widest), the dense
     distributions and support as in `u`. Also the share the `moe` quantiles alone cover."""
-    covered: dict[str, list[bool]] = {}
-    plain: list[bool] = []
-    for model in sorted({row.model or "" for row in rows}):
-        held = _moe_regime(u, [row for row in rows if (row.model or "") != model])
-        q = held.regimes.get("moe")
-        for row in rows:
-            if (row.model or "") == model:
-                b = bounds(held, row.regimes)
-                covered.setdefault(model, []).append(b.low <= row.log_error <= b.high)
-                plain.append(q is not None and q.low <= row.log_error <= q.high)
-    every = [hit for hits in covered.values() for hit in hits]
-    if not every:
-        return {}
-    return {
-        "nominal": round(LEVELS[2] - LEVELS[0], 6),
-        "runs": len(every),
-        "covered": round(sum(every) / len(every), 4),
-        "covered_by_moe_quantiles_only": round(sum(plain) / len(plain), 4),
-        "per_model": {m: round(sum(v) / len(v), 4) for m, v in covered.items()},
-    }
+    return _held_out_coverage(rows, lambda row: row.model or "", lambda others: _moe_regime(u, others),
+                              lambda held: held.regimes.get("moe"), "moe", "per_model")  # fmt: skip
 
 
 class PredictionSupport(BaseModel):
