@@ -373,7 +373,7 @@ class CostTable:
                     lay = group.layout(sharding, recompute, sp)
                     enumerating_s += time.perf_counter() - listed
                     twin_tps = twin_best.get((sharding, sp), -math.inf)
-                    if floor_tps * self.factor(lay) * (1 + 1e-9) < twin_tps:
+                    if self.outranked_by_twin(lay, twin_tps, floor_tps):
                         continue  # the twin rule: a feasible twin with less recomputation already ranks ahead of it
                     if ok is None:
                         skey = state_key(lay)
@@ -431,11 +431,15 @@ class CostTable:
         layout = least_recomputed(layout)
         return layout.global_batch * self.job.seq_len / self.times(layout).step_time_s
 
-    def outranked_by_twin(self, layout: Layout, twin_tps: float) -> bool:
+    def outranked_by_twin(self, layout: Layout, twin_tps: float, bound_tps: float | None = None) -> bool:
         """Whether a feasible twin (`twin_key`) ranked at `twin_tps` (cluster tokens/s as ranked; -inf: none)
-        surely ranks ahead of the recomputing layout, whatever its layer count: its `recomputing_tps` x its robust
-        factor (the twins' own) falls below (goodput only lowers it). The twin rule then drops it unevaluated."""
-        return twin_tps > -math.inf and self.recomputing_tps(layout) * self.factor(layout) * (1 + 1e-9) < twin_tps
+        surely ranks ahead of the recomputing layout, whatever its layer count: its `bound_tps` (an upper bound
+        before the robust factor; default its `recomputing_tps`) x its robust factor (the twins' own) falls below
+        (goodput only lowers it). The twin rule then drops it unevaluated."""
+        if twin_tps == -math.inf:
+            return False
+        tps = self.recomputing_tps(layout) if bound_tps is None else bound_tps
+        return tps * self.factor(layout) * (1 + 1e-9) < twin_tps
 
     def factor(self, layout: Layout) -> float:
         """The layout's robust factor (1 unless the robust objective ranks)."""
