@@ -163,3 +163,25 @@ def test_explain_ranks_a_recomputing_twin_by_its_throughput_and_names_the_twin()
     mine = table.candidate(twin).cluster_tokens_per_s
     assert report["rank"] == 1 + sum(c.cluster_tokens_per_s > mine for c in truth) > 1
     assert explain_layout(MODEL, TOPO, JOB, best)["twin_ahead"] is None
+
+
+def test_explain_names_no_twin_ahead_of_a_layout_over_memory() -> None:
+    """The twin rule compares feasible twins: a layout over memory whose recomputing twin fits (and is slower) has
+    no twin ranked in its stead, as compare's `GroupRanking.twin_ahead` says of it too."""
+    from optlayout.planning import explain_layout
+    from optlayout.runs.compare import GroupRanking
+
+    job = JobSpec(seq_len=8192, global_batch=32)
+    topo = topology_from_cluster(ClusterSpec(gpu="a100-40gb", gpus=8))
+    limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job))
+    table = CostTable(MODEL, job, topo.gpu, topo)
+    truth = oracle_ranking(MODEL, job, topo.num_gpus, topo.domain_size, table, SpaceOptions(), limits)
+    twin = next(c for c in truth[:10] if c.layout.recompute == Recompute.full)
+    over = twin.layout.model_copy(update={"recompute": Recompute.none, "recompute_layers": None})
+    mine = table.candidate(over)
+    assert not passes_limits(mine, limits)  # over memory: not feasible, so no twin rule applies
+    assert mine.cluster_tokens_per_s > twin.cluster_tokens_per_s  # its fitting twin is slower
+    report = explain_layout(MODEL, topo, job, over)
+    assert not report["fits"] and report["rank"] is None
+    assert GroupRanking.of(truth).twin_ahead(over, mine.evaluation.tokens_per_s_per_gpu) is None
+    assert report["twin_ahead"] is None

@@ -63,14 +63,18 @@ def explain_layout(
         # a legal layout outside the searched space (e.g. micro-batch above the search's maximum), or one whose twin
         # ranks ahead (the twin rule, `twin_key`): rank by throughput
         position = 1 + sum(c.cluster_tokens_per_s > mine.cluster_tokens_per_s for c in ranking)
-    twin = next((c.layout for c in ranking if twin_key(c.layout) == twin_key(layout)), None)
-    if twin is not None and layout_identity(twin) == layout_identity(layout):
-        twin = None  # the layout itself, ranked (at its best accumulation)
+    # its twin ranked in its stead at no lower throughput (as compare's `twin_ahead`); not the layout itself, ranked
+    # at its best accumulation, nor a slower twin ranked because the layout is over memory
+    twin = next((c for c in ranking if twin_key(c.layout) == twin_key(layout)), None)
+    if twin is not None and (
+        layout_identity(twin.layout) == layout_identity(layout) or twin.cluster_tokens_per_s < mine.cluster_tokens_per_s
+    ):
+        twin = None
     deltas = term_deltas(layout, mine.prediction, best.layout, best.prediction, job)
     return {
         "layout": layout.short(),
         "rank": position,
-        "twin_ahead": twin.short() if twin is not None else None,  # its twin, ranked in its stead (twin rule)
+        "twin_ahead": twin.layout.short() if twin is not None else None,  # its twin, ranked in its stead (twin rule)
         "feasible": len(ranking),
         "fits": mine.prediction.fits,
         "mfu": mine.prediction.mfu,
