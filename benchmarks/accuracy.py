@@ -262,12 +262,12 @@ def moe_main(path: str, write: bool) -> int:
                 for name, gpu, precision in ((oss, "h100-sxm", "bf16"), (qwen, "b200", "fp8"))]  # fmt: skip
 
     shipped = dense.uncertainty
-    moe_cov = with_moe(shipped, rows).coverage["moe"] if shipped is not None else {}
+    now = with_moe(shipped, rows) if shipped is not None else None
+    moe_cov = now.coverage["moe"] if now is not None else {}
     q = quantiles([row.log_error for row in rows])
     widest = ""
-    if shipped is not None:  # the rule before the moe regime: an MoE prediction took the widest dense quantiles
+    if shipped is not None and now is not None:  # the rule before the moe regime: the widest dense quantiles
         before = shipped.model_copy(update={"regimes": {k: v for k, v in shipped.regimes.items() if k != "moe"}})
-        now = with_moe(shipped, rows)
         old_b, new_b = [bounds(before, r.regimes) for r in rows], [bounds(now, r.regimes) for r in rows]
         hit = statistics.mean(b.low <= r.log_error <= b.high for b, r in zip(old_b, rows, strict=True))
         widest = (f" The widest quantiles MoE predictions took before (the dense runs' alone) cover {hit:.0%} at "
