@@ -213,3 +213,15 @@ def test_calibrate_reads_several_run_files_and_says_how_moe_intervals_cover(cli,
     assert fitted.fitted_on.startswith(f"a.jsonl + b.jsonl ({len(lines)} runs); dense constants from ")
     assert fitted.report["runs"] == shipped.report["runs"] and fitted.report["moe"]["runs"] == len(lines)
     assert fitted.uncertainty is not None and fitted.uncertainty.regime_runs["moe"] == len(lines)
+
+
+def test_a_moe_only_calibration_names_where_its_dense_constants_come_from_once() -> None:
+    """Refitting the MoE constants on a calibration that already has them (the README's command on the shipped
+    file) keeps naming the dense fit the constants come from, not the MoE-only calibration that passed them on."""
+    from optlayout.runs.calibrate import calibrate, load_calibration, shipped_calibration_path
+
+    records = read_runs(MOE_RUNS)
+    shipped = load_calibration(shipped_calibration_path())
+    once = calibrate(records, fitted_on="moe fixture")
+    assert once.fitted_on == f"moe fixture; dense constants from calibration_runs.jsonl ({shipped.report['runs']} runs)"
+    assert calibrate(records, fitted_on="moe fixture", shared=once).fitted_on == once.fitted_on

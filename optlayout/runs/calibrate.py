@@ -235,6 +235,9 @@ def _cross_validate(
     return out
 
 
+_DENSE_FROM = "; dense constants from "  # how a MoE-only calibration's `fitted_on` names its dense constants' fit
+
+
 def calibrate(
     records: Sequence[RunRecord],
     fitted_on: str,
@@ -254,7 +257,8 @@ def calibrate(
         calibration = _calibrate_dense(dense, fitted_on, say)
     else:  # the dense constants, their report and held-out distributions: the shared calibration's
         base = shared or load_calibration(shipped_calibration_path())
-        calibration = Calibration(fitted_on=f"{fitted_on}; dense constants from {base.fitted_on}", fitted=names,
+        dense_from = base.fitted_on.split(_DENSE_FROM)[-1]  # the dense fit itself, where `base` is MoE-only too
+        calibration = Calibration(fitted_on=f"{fitted_on}{_DENSE_FROM}{dense_from}", fitted=names,
                                   default=base.default, entries=base.entries,
                                   report={k: v for k, v in base.report.items() if k != "moe"},
                                   uncertainty=base.uncertainty)  # fmt: skip
