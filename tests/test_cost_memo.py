@@ -4,6 +4,7 @@ later layouts reuse what earlier ones stored, equals the same layout evaluated a
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -29,11 +30,11 @@ def sample_layouts(model: ModelSpec, job: JobSpec, gpus: int, count: int) -> lis
                 layouts += [lay.model_copy(update={"recompute_layers": n}) for n in (1, 2)]
     rng = random.Random(7)
     picked = rng.sample(layouts, min(count, len(layouts)))
-    return [lay for lay in picked if lay.recompute_layers is None or _legal_rl(model, lay)]
-
-
-def _legal_rl(model: ModelSpec, lay: Layout) -> bool:
-    return lay.recompute_layers is not None and lay.recompute_layers <= model.layers // (lay.pp * lay.vp)
+    return [
+        lay
+        for lay in picked
+        if lay.recompute_layers is None or lay.recompute_layers <= model.layers // (lay.pp * lay.vp)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -47,18 +48,18 @@ def _legal_rl(model: ModelSpec, lay: Layout) -> bool:
 def test_a_shared_memo_gives_the_figures_of_no_memo(model: ModelSpec, job: JobSpec, gpus: int) -> None:
     topo = topology_from_cluster(parse_cluster_shorthand(f"gpu=h100-sxm,gpus={gpus},gpus_per_node=8"))
     gpu = gpu_preset("h100-sxm")
-    memo: dict[tuple[object, ...], object] = {}
+    memo: dict[tuple[object, ...], Any] = {}
     layouts = sample_layouts(model, job, gpus, 300)
     assert len(layouts) > 100
     for lay in layouts + layouts[::-1]:  # the second pass reads every entry back
         links = group_links(topo, lay)
-        shared = evaluate(model, job, lay, gpu, topo, DEFAULT_PARAMS, links, memo)  # type: ignore[arg-type]
+        shared = evaluate(model, job, lay, gpu, topo, DEFAULT_PARAMS, links, memo)
         alone = evaluate(model, job, lay, gpu, topo, DEFAULT_PARAMS, links)
         assert shared.memory == alone.memory and shared.times == alone.times, lay.short()
-        assert memory_total_bytes(model, job, lay, DEFAULT_PARAMS, memo) == alone.memory.total_bytes  # type: ignore[arg-type]
-        assert memory_floor_bytes(model, job, lay, DEFAULT_PARAMS, memo) == memory_floor_bytes(  # type: ignore[arg-type]
+        assert memory_total_bytes(model, job, lay, DEFAULT_PARAMS, memo) == alone.memory.total_bytes
+        assert memory_floor_bytes(model, job, lay, DEFAULT_PARAMS, memo) == memory_floor_bytes(
             model, job, lay, DEFAULT_PARAMS, None
         )
-        assert step_floor_s(model, job, lay, gpu, links, DEFAULT_PARAMS, memo) == step_floor_s(  # type: ignore[arg-type]
+        assert step_floor_s(model, job, lay, gpu, links, DEFAULT_PARAMS, memo) == step_floor_s(
             model, job, lay, gpu, links, DEFAULT_PARAMS
         )
