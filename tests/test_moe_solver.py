@@ -88,3 +88,20 @@ def test_qwen3_on_two_nodes_picks_expert_parallelism() -> None:
                  moe_routing="balanced"), top=3, exclude={"sharding": ["fsdp"]})  # fmt: skip
     assert plan.status == "optimal"
     assert all(p.layout.ep > 1 for p in plan.layouts)
+
+
+def test_the_tie_break_tells_every_layout_of_the_space_apart() -> None:
+    """The simplicity order decides exact throughput ties (the solver and the oracle alike), so it must be total: two
+    layouts that tie on it would be ordered by the order each walks the space in, which differs. Here expert degrees
+    (ep 2 and ep 4 tie on throughput on 4 GPUs: hypothesis found the solver and the oracle ordering them apart) and
+    uneven stage splits."""
+    from optlayout.solver.candidates import simplicity_key
+    from optlayout.solver.space import enumerate_layouts
+
+    moe = ModelSpec(layers=5, hidden=32, ffn=64, heads=2, kv_heads=1, vocab=512,
+                    moe={"experts": 8, "top_k": 4, "expert_ffn": 32})  # fmt: skip
+    options = SpaceOptions(max_micro_batch=2, max_vp=2, max_cp=4, all_grad_accum=True)
+    layouts = list(enumerate_layouts(moe, JobSpec(seq_len=256, global_batch=8), 8, 4, options))
+    assert len({lay.ep for lay in layouts}) > 2 and any(lay.first_stage_layers for lay in layouts)
+    keys = [simplicity_key(lay) for lay in layouts]
+    assert len(set(keys)) == len(set(layouts)) == len(layouts)

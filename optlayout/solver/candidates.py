@@ -134,7 +134,8 @@ def state_key(layout: Layout) -> tuple[object, ...]:
 
 
 def simplicity_key(layout: Layout) -> tuple[object, ...]:
-    """Fewer parallel dimensions and less machinery first; then a fixed field order."""
+    """Fewer parallel dimensions and less machinery first; then a fixed field order, over every field of a layout
+    (a total order: the tie-break of exact throughput ties)."""
     used = sum(getattr(layout, name) > 1 for name in _MODEL_SPLITS)
     return (
         used,
@@ -149,6 +150,10 @@ def simplicity_key(layout: Layout) -> tuple[object, ...]:
         -layout.micro_batch,
         layout.grad_accum,
         layout.dp,
+        layout.ep,  # the rest only makes the order total: exact ties must not go by the order a walk takes
+        layout.etp,
+        layout.first_stage_layers or 0,
+        layout.last_stage_layers or 0,
     )
 
 
