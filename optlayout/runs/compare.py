@@ -101,29 +101,38 @@ class GroupRanking:
         cap_bytes, cap_mib = limits.memory_capacity_bytes, capacity_mib(limits.memory_capacity_bytes)
         state_ok: dict[tuple[object, ...], bool] = {}
 
-        def fits(lay: Layout) -> bool:
-            key = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.ep, lay.etp)
-            ok = state_ok.get(key)
-            if ok is None:
-                ok = state_ok[key] = table.state_fits(lay, cap_bytes)
-            return ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
+        # by the group's index in the space and the choice: the walk probes its groups again
+        probed: dict[tuple[int, Choice], bool] = {}
+        index: dict[int, int] = {}  # by id of the group: set before its first probe, and the walk keeps its own alive
+
+        def fits(group: LayoutGroup, choice: Choice) -> bool:
+            found = probed.get((index[id(group)], choice))
+            if found is None:
+                lay = group.layout(*choice)
+                key = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.ep, lay.etp)
+                ok = state_ok.get(key)
+                if ok is None:
+                    ok = state_ok[key] = table.state_fits(lay, cap_bytes)
+                found = probed[index[id(group)], choice] = ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
+            return found
 
         # distinct layouts under the twin rule, as twin_key tells them apart: by all but the accumulation (a degree
         # of the group) and recomputation
         feasible: set[tuple[object, ...]] = set()
         fitting_groups: list[LayoutGroup] = []
         guesses: dict[tuple[object, ...], int] = {}
-        found: dict[int, tuple[int, list[Choice]]] = {}  # by id of the group: its index, its fitting choices
         for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                                    walk_all)):  # fmt: skip
             if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
                 continue
-            fitting = _fitting_choices(group, fits, guesses)
-            if fitting:
+            index[id(group)] = i
+            # the count needs only which (sharding, sequence parallelism) have a fitting layout (`_fitting_twins`);
+            # the walk below finds the fitting choices of the groups it reaches
+            twins = _fitting_twins(group, fits, guesses)
+            if twins:
                 degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
-                feasible.update((degrees, sharding, sp) for sharding, _, sp in fitting)
+                feasible.update((degrees, sharding, sp) for sharding, sp in twins)
                 fitting_groups.append(group)
-                found[id(group)] = i, fitting
         # best bound first, a node's groups bounded only once the node leads (`CostTable.best_first`)
         first_bound, ordered = peek(table.best_first(fitting_groups))
         margin = 2.0 * first_bound / THROUGHPUT_RESOLUTION  # the first bound is at least the best
@@ -132,7 +141,7 @@ class GroupRanking:
         for bound, group in ordered:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
-            i, fitting = found[id(group)]
+            i, fitting = index[id(group)], _fitting_choices(group, fits, guesses)
             twin_best: dict[tuple[Sharding, bool], float] = {}  # the best feasible twin so far, less recomputed
             for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
                 lay = group.layout(sharding, recompute, sp)
@@ -211,19 +220,50 @@ def _probe_plan(variants: tuple[Variant, ...]) -> tuple[tuple[Variant, tuple[int
     )  # fmt: skip
 
 
+def _first_fitting(
+    fits: Callable[[LayoutGroup, Choice], bool],
+    group: LayoutGroup,
+    chain: list[Sharding],
+    variant: Variant,
+    lo: int,
+    hi: int,
+    guess: int | None,
+) -> int:
+    """The index in [lo, hi) of the first sharding of `chain` where the group's `variant` fits, else `hi` (it fits
+    from there on along the chain): by bisection, from `guess` where one is given (a right guess at either end
+    takes one probe)."""
+    if guess is not None and lo < hi:
+        probe = min(max(guess, lo), hi - 1)
+        if fits(group, (chain[probe], *variant)):
+            hi = probe
+        else:
+            lo = probe + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(group, (chain[mid], *variant)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _chains(group: LayoutGroup) -> list[list[Sharding]]:
+    """The group's shardings as chains along which memory never rises: `_STATE_CHAIN`, and FSDP alone."""
+    shardings = group.shardings
+    return [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
+
+
 def _fitting_choices(
-    group: LayoutGroup, fits: Callable[[Layout], bool], guesses: dict[tuple[object, ...], int]
+    group: LayoutGroup, fits: Callable[[LayoutGroup, Choice], bool], guesses: dict[tuple[object, ...], int]
 ) -> list[Choice]:
-    """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along `_STATE_CHAIN`
-    (and FSDP, a chain of its own) a variant fits from its first fitting sharding on, found by bisection between
-    the first fitting shardings of the variants probed before it that hold no less than it (it fits wherever they
-    fit) and no more (it cannot fit before them), in `_probe_plan`'s order. `guesses` (shared by the groups of one
-    space) keeps the last first fitting index of each probe, which is tried first: neighbouring groups mostly
-    agree, and a right guess at either end takes one probe."""
+    """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along each of `_chains`
+    a variant fits from its first fitting sharding on, found by bisection between the first fitting shardings of
+    the variants probed before it that hold no less than it (it fits wherever they fit) and no more (it cannot fit
+    before them), in `_probe_plan`'s order. `guesses` (shared by the groups of one space) keeps the last first
+    fitting index of each probe, which is tried first: neighbouring groups mostly agree."""
     variants = tuple(group.variants())
     plan = _probe_plan(variants)
-    shardings = group.shardings
-    chains = [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
+    chains = _chains(group)
     firsts: list[dict[Variant, int]] = []
     for c, chain in enumerate(chains):
         found: list[int] = []
@@ -231,23 +271,33 @@ def _fitting_choices(
             lo = max((found[j] for j in below), default=0)  # it fits wherever v fits
             hi = min((found[j] for j in above), default=len(chain))
             key = (variants, c, len(chain), p)
-            guess = guesses.get(key)
-            if guess is not None and lo < hi:  # the guessed first fitting index, or the last one if it is none
-                probe = min(max(guess, lo), hi - 1)
-                if fits(group.layout(chain[probe], *v)):
-                    hi = probe
-                else:
-                    lo = probe + 1
-            while lo < hi:  # the first fitting index of the chain lies in [lo, hi]
-                mid = (lo + hi) // 2
-                if fits(group.layout(chain[mid], *v)):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            found.append(lo)
-            guesses[key] = lo
+            found.append(_first_fitting(fits, group, chain, v, lo, hi, guesses.get(key)))
+            guesses[key] = found[-1]
         firsts.append({v: f for (v, _, _), f in zip(plan, found, strict=True)})
     return [(s, *v) for v in variants for chain, first in zip(chains, firsts, strict=True) for s in chain[first[v] :]]
+
+
+def _fitting_twins(
+    group: LayoutGroup, fits: Callable[[LayoutGroup, Choice], bool], guesses: dict[tuple[object, ...], int]
+) -> set[tuple[Sharding, bool]]:
+    """The (sharding, sequence parallelism) of the group with a fitting layout, those of `_fitting_choices`, from
+    fewer probes: per chain (`_chains`) and sequence parallelism the first sharding where any recomputation fits,
+    searched only below the first found so far; only the variants no other of the same sequence parallelism holds
+    no more than (`holds_no_less`: where one fits, the other does; selective recomputation in place of none); and
+    with sequence parallelism below the first without (the same recomputation with it holds no more)."""
+    variants = tuple(group.variants())
+    kept = [v for v in variants if not any(w != v and w[1] == v[1] and holds_no_less(v, w) for w in variants)]
+    twins: set[tuple[Sharding, bool]] = set()
+    for c, chain in enumerate(_chains(group)):
+        first = len(chain)
+        for sp in sorted({sp for _, sp in kept}):  # without sequence parallelism first
+            for recompute in (r for r, s in kept if s == sp):
+                key = ("twins", c, len(chain), recompute, sp)
+                found = _first_fitting(fits, group, chain, (recompute, sp), 0, first, guesses.get(key))
+                guesses[key] = found
+                first = min(first, found)
+            twins.update((s, sp) for s in chain[first:])
+    return twins
 
 
 def compare_runs(

@@ -474,7 +474,7 @@ class CostTable:
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     """The layout with full recomputation of `n` layers per model chunk."""
-    return Layout.unchecked(**{**dict(layout), "recompute_layers": n})
+    return Layout.unchecked(**{**layout.__dict__, "recompute_layers": n})
 
 
 def least_recomputed(layout: Layout) -> Layout:
