@@ -146,7 +146,11 @@ class GroupRanking:
             for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
                 lay = group.layout(sharding, recompute, sp)
                 twin_tps = twin_best.get((sharding, sp), -math.inf)
-                if recompute != Recompute.none and table.outranked_by_twin(lay, twin_tps):
+                # a recomputing layout outranked by its twin (`CostTable.outranked_by_twin`), or surely below both the
+                # floor and the best so far (the stop rule's, of one layout), is not evaluated
+                if recompute != Recompute.none and table.recomputing_bound(lay) < max(
+                    twin_tps, min(floor_tokens_per_s, best) - margin
+                ):
                     continue
                 cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
                 if passes_limits(cand, limits):

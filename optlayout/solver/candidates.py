@@ -431,11 +431,16 @@ class CostTable:
         layout = least_recomputed(layout)
         return layout.global_batch * self.job.seq_len / self.times(layout).step_time_s
 
+    def recomputing_bound(self, layout: Layout) -> float:
+        """An upper bound on the cluster tokens/s of the recomputing layout as ranked, whatever its layer count: its
+        `recomputing_tps` x its robust factor (goodput only lowers it), less a hair of rounding."""
+        return self.recomputing_tps(layout) * self.factor(layout) * (1 + 1e-9)
+
     def outranked_by_twin(self, layout: Layout, twin_tps: float) -> bool:
         """Whether a feasible twin (`twin_key`) ranked at `twin_tps` (cluster tokens/s as ranked; -inf: none)
-        surely ranks ahead of the recomputing layout, whatever its layer count: its `recomputing_tps` x its robust
-        factor (the twins' own) falls below (goodput only lowers it). The twin rule then drops it unevaluated."""
-        return twin_tps > -math.inf and self.recomputing_tps(layout) * self.factor(layout) * (1 + 1e-9) < twin_tps
+        surely ranks ahead of the recomputing layout: its `recomputing_bound` (the robust factor is the twins' own)
+        falls below. The twin rule then drops it unevaluated."""
+        return twin_tps > -math.inf and self.recomputing_bound(layout) < twin_tps
 
     def factor(self, layout: Layout) -> float:
         """The layout's robust factor (1 unless the robust objective ranks)."""
