@@ -128,10 +128,10 @@ class GroupRanking:
             index[id(group)] = i
             # the count needs only which (sharding, sequence parallelism) have a fitting layout (`_fitting_twins`);
             # the walk below finds the fitting choices of the groups it reaches
-            twins = _fitting_twins(group, fits, guesses)
-            if twins:
+            classes = _fitting_twins(group, fits, guesses)
+            if classes:
                 degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
-                feasible.update((degrees, sharding, sp) for sharding, sp in twins)
+                feasible.update((degrees, sharding, sp) for sharding, sp in classes)
                 fitting_groups.append(group)
         # best bound first, a node's groups bounded only once the node leads (`CostTable.best_first`)
         first_bound, ordered = peek(table.best_first(fitting_groups))
@@ -227,7 +227,7 @@ def _probe_plan(variants: tuple[Variant, ...]) -> tuple[tuple[Variant, tuple[int
 def _first_fitting(
     fits: Callable[[LayoutGroup, Choice], bool],
     group: LayoutGroup,
-    chain: list[Sharding],
+    chain: tuple[Sharding, ...],
     variant: Variant,
     lo: int,
     hi: int,
@@ -251,10 +251,10 @@ def _first_fitting(
     return lo
 
 
-def _chains(group: LayoutGroup) -> list[list[Sharding]]:
-    """The group's shardings as chains along which memory never rises: `_STATE_CHAIN`, and FSDP alone."""
-    shardings = group.shardings
-    return [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
+@functools.lru_cache(maxsize=64)
+def _chains(shardings: tuple[Sharding, ...]) -> tuple[tuple[Sharding, ...], ...]:
+    """A group's shardings as chains along which memory never rises: `_STATE_CHAIN`, and FSDP alone."""
+    return tuple(s for s in _STATE_CHAIN if s in shardings), *((s,) for s in shardings if s not in _STATE_CHAIN)
 
 
 def _fitting_choices(
@@ -267,7 +267,7 @@ def _fitting_choices(
     fitting index of each probe, which is tried first: neighbouring groups mostly agree."""
     variants = tuple(group.variants())
     plan = _probe_plan(variants)
-    chains = _chains(group)
+    chains = _chains(group.shardings)
     firsts: list[dict[Variant, int]] = []
     for c, chain in enumerate(chains):
         found: list[int] = []
@@ -281,6 +281,17 @@ def _fitting_choices(
     return [(s, *v) for v in variants for chain, first in zip(chains, firsts, strict=True) for s in chain[first[v] :]]
 
 
+@functools.lru_cache(maxsize=64)
+def _twin_probes(
+    recomputes: tuple[Recompute, ...], sequence_parallel: tuple[bool, ...]
+) -> tuple[tuple[bool, tuple[Recompute, ...]], ...]:
+    """What `_fitting_twins` probes: per sequence parallelism (without it first) the recomputations whose variant no
+    other of the same sequence parallelism holds no more than (`holds_no_less`)."""
+    variants = tuple(itertools.product(recomputes, sequence_parallel))
+    kept = [v for v in variants if not any(w != v and w[1] == v[1] and holds_no_less(v, w) for w in variants)]
+    return tuple((sp, tuple(r for r, s in kept if s == sp)) for sp in sorted({sp for _, sp in kept}))
+
+
 def _fitting_twins(
     group: LayoutGroup, fits: Callable[[LayoutGroup, Choice], bool], guesses: dict[tuple[object, ...], int]
 ) -> set[tuple[Sharding, bool]]:
@@ -289,13 +300,11 @@ def _fitting_twins(
     searched only below the first found so far; only the variants no other of the same sequence parallelism holds
     no more than (`holds_no_less`: where one fits, the other does; selective recomputation in place of none); and
     with sequence parallelism below the first without (the same recomputation with it holds no more)."""
-    variants = tuple(group.variants())
-    kept = [v for v in variants if not any(w != v and w[1] == v[1] and holds_no_less(v, w) for w in variants)]
     twins: set[tuple[Sharding, bool]] = set()
-    for c, chain in enumerate(_chains(group)):
+    for c, chain in enumerate(_chains(group.shardings)):
         first = len(chain)
-        for sp in sorted({sp for _, sp in kept}):  # without sequence parallelism first
-            for recompute in (r for r, s in kept if s == sp):
+        for sp, recomputes in _twin_probes(group.recomputes, group.sequence_parallel):
+            for recompute in recomputes:
                 key = ("twins", c, len(chain), recompute, sp)
                 found = _first_fitting(fits, group, chain, (recompute, sp), 0, first, guesses.get(key))
                 guesses[key] = found
