@@ -84,15 +84,18 @@ class GroupRanking:
         """What `of(rank_problem(problem))` keeps for every layout at or above `floor_tokens_per_s` (cluster
         tokens/s), without the step time of the layouts that cannot reach it nor the best.
 
-        Every layout's memory is found (the count is of all feasible layouts), the exact memory only where the
-        state alone fits and, along the sharding chain none, ZeRO-1, ZeRO-2 (memory never rises along it) and
-        between variants `holds_no_less` orders, only to find where a variant starts to fit. The groups with a
-        feasible layout are taken best bound first (`CostTable.best_first`: a node's bound, then its groups'
-        `throughput_bound`) and evaluated until a bound falls below both the floor and the best feasible layout
-        found (less two objective units, the rank key's rounding). So the best, the count, and the position and
-        throughput of every layout at or above the floor are exact; the positions below it are left out, and so
-        are the throughputs of layouts below the floor. Under the twin rule a recomputing layout is not evaluated
-        once a feasible twin of less recomputation surely ranks ahead of it (`CostTable.outranked_by_twin`)."""
+        The count is of every feasible twin class: per group, which (sharding, sequence parallelism) have a layout
+        that fits (`_fitting_twins`), the exact memory only where the state alone fits and, along the sharding chain
+        none, ZeRO-1, ZeRO-2 (memory never rises along it) and between variants `holds_no_less` orders, only to find
+        where the first variant starts to fit; the walk finds the fitting layouts of the groups it reaches
+        (`_fitting_choices`). The groups with a feasible layout are taken best bound first (`CostTable.best_first`:
+        a node's bound, then its groups' `throughput_bound`) and evaluated until a bound falls below both the floor
+        and the best feasible layout found (less two objective units, the rank key's rounding). So the best, the
+        count, and the position and throughput of every layout at or above the floor are exact; the positions below
+        it are left out, and so are the throughputs of layouts below the floor. Under the twin rule a recomputing
+        layout is not evaluated once a feasible twin of less recomputation surely ranks ahead of it
+        (`CostTable.outranked_by_twin`), nor once its `CostTable.recomputing_bound` falls below both the floor and
+        the best found, as a group's does."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))

@@ -433,7 +433,7 @@ class CostTable:
 
     def recomputing_bound(self, layout: Layout) -> float:
         """An upper bound on the cluster tokens/s of the recomputing layout as ranked, whatever its layer count: its
-        `recomputing_tps` x its robust factor (goodput only lowers it), less a hair of rounding."""
+        `recomputing_tps` x its robust factor (goodput only lowers it), raised by a hair for rounding."""
         return self.recomputing_tps(layout) * self.factor(layout) * (1 + 1e-9)
 
     def outranked_by_twin(self, layout: Layout, twin_tps: float) -> bool:
