@@ -12,7 +12,15 @@ from optlayout.cost import DEFAULT_PARAMS
 from optlayout.presets import model_preset
 from optlayout.runs.agreement import recipe_agreement
 from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
-from optlayout.runs.compare import _STATE_CHAIN, GroupRanking, compare_runs, holds_no_less, ranking_problem
+from optlayout.runs.compare import (
+    _STATE_CHAIN,
+    GroupRanking,
+    _fitting_choices,
+    _fitting_twins,
+    compare_runs,
+    holds_no_less,
+    ranking_problem,
+)
 from optlayout.runs.predict import predict_run, run_job
 from optlayout.runs.records import read_runs
 from optlayout.runs.uncertainty import LayoutUncertainty
@@ -113,3 +121,27 @@ def test_the_counts_memory_order_holds_for_every_layout(model, gpus, job) -> Non
                     pairs += 1
                     assert mib[(s, *w)] <= m, (group.layout(s, *v).short(), w)
     assert pairs > 1000
+
+
+@pytest.mark.parametrize("capacity_gib", [12, 16, 24])
+def test_the_counts_probes_find_every_fitting_layout(capacity_gib) -> None:
+    """`_fitting_choices` (the walk's) and `_fitting_twins` (the count's) give what testing every layout of the space
+    against the capacity gives, with the guesses shared across the groups as the count shares them."""
+    spec = model_preset("llama3.1-8b")
+    job = JobSpec(seq_len=4096, global_batch=64)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16))
+    table = CostTable(spec, job, topo.gpu, topo, DEFAULT_PARAMS)
+    cap_mib = capacity_gib * 1024
+
+    def fits(group, choice) -> bool:
+        return memory_mib(table.memory_bytes(group.layout(*choice))) <= cap_mib
+
+    choice_guesses: dict[tuple[object, ...], int] = {}
+    twin_guesses: dict[tuple[object, ...], int] = {}
+    seen = set()
+    for group in enumerate_groups(spec, job, 16, topo.domain_size, SpaceOptions(all_grad_accum=True)):
+        every = [(s, *v) for v in group.variants() for s in group.shardings if fits(group, (s, *v))]
+        assert sorted(_fitting_choices(group, fits, choice_guesses)) == sorted(every)
+        assert _fitting_twins(group, fits, twin_guesses) == {(s, sp) for s, _, sp in every}
+        seen.add(bool(every))
+    assert seen == {True, False}  # the capacity leaves some groups with no fitting layout, and some with one

@@ -84,15 +84,18 @@ class GroupRanking:
         """What `of(rank_problem(problem))` keeps for every layout at or above `floor_tokens_per_s` (cluster
         tokens/s), without the step time of the layouts that cannot reach it nor the best.
 
-        Every layout's memory is found (the count is of all feasible layouts), the exact memory only where the
-        state alone fits and, along the sharding chain none, ZeRO-1, ZeRO-2 (memory never rises along it) and
-        between variants `holds_no_less` orders, only to find where a variant starts to fit. The groups with a
-        feasible layout are taken best bound first (`CostTable.best_first`: a node's bound, then its groups'
-        `throughput_bound`) and evaluated until a bound falls below both the floor and the best feasible layout
-        found (less two objective units, the rank key's rounding). So the best, the count, and the position and
-        throughput of every layout at or above the floor are exact; the positions below it are left out, and so
-        are the throughputs of layouts below the floor. Under the twin rule a recomputing layout is not evaluated
-        once a feasible twin of less recomputation surely ranks ahead of it (`CostTable.outranked_by_twin`)."""
+        The count is of every feasible twin class: per group, which (sharding, sequence parallelism) have a layout
+        that fits (`_fitting_twins`), the exact memory only where the state alone fits and, along the sharding chain
+        none, ZeRO-1, ZeRO-2 (memory never rises along it) and between variants `holds_no_less` orders, only to find
+        where the first variant starts to fit; the walk finds the fitting layouts of the groups it reaches
+        (`_fitting_choices`). The groups with a feasible layout are taken best bound first (`CostTable.best_first`:
+        a node's bound, then its groups' `throughput_bound`) and evaluated until a bound falls below both the floor
+        and the best feasible layout found (less two objective units, the rank key's rounding). So the best, the
+        count, and the position and throughput of every layout at or above the floor are exact; the positions below
+        it are left out, and so are the throughputs of layouts below the floor. Under the twin rule a recomputing
+        layout is not evaluated once a feasible twin of less recomputation surely ranks ahead of it
+        (`CostTable.outranked_by_twin`), nor once its `CostTable.recomputing_bound` falls below both the floor and
+        the best found, as a group's does."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -101,29 +104,38 @@ class GroupRanking:
         cap_bytes, cap_mib = limits.memory_capacity_bytes, capacity_mib(limits.memory_capacity_bytes)
         state_ok: dict[tuple[object, ...], bool] = {}
 
-        def fits(lay: Layout) -> bool:
-            key = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.ep, lay.etp)
-            ok = state_ok.get(key)
-            if ok is None:
-                ok = state_ok[key] = table.state_fits(lay, cap_bytes)
-            return ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
+        # by the group's index in the space and the choice: the walk probes its groups again
+        probed: dict[tuple[int, Choice], bool] = {}
+        index: dict[int, int] = {}  # by id of the group: set before its first probe, and the walk keeps its own alive
+
+        def fits(group: LayoutGroup, choice: Choice) -> bool:
+            found = probed.get((index[id(group)], choice))
+            if found is None:
+                lay = group.layout(*choice)
+                key = (lay.tp, lay.pp, lay.dp * lay.cp, lay.sharding, lay.ep, lay.etp)
+                ok = state_ok.get(key)
+                if ok is None:
+                    ok = state_ok[key] = table.state_fits(lay, cap_bytes)
+                found = probed[index[id(group)], choice] = ok and memory_mib(table.memory_bytes(lay)) <= cap_mib
+            return found
 
         # distinct layouts under the twin rule, as twin_key tells them apart: by all but the accumulation (a degree
         # of the group) and recomputation
         feasible: set[tuple[object, ...]] = set()
         fitting_groups: list[LayoutGroup] = []
         guesses: dict[tuple[object, ...], int] = {}
-        found: dict[int, tuple[int, list[Choice]]] = {}  # by id of the group: its index, its fitting choices
         for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                                    walk_all)):  # fmt: skip
             if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
                 continue
-            fitting = _fitting_choices(group, fits, guesses)
-            if fitting:
+            index[id(group)] = i
+            # the count needs only which (sharding, sequence parallelism) have a fitting layout (`_fitting_twins`);
+            # the walk below finds the fitting choices of the groups it reaches
+            classes = _fitting_twins(group, fits, guesses)
+            if classes:
                 degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
-                feasible.update((degrees, sharding, sp) for sharding, _, sp in fitting)
+                feasible.update((degrees, sharding, sp) for sharding, sp in classes)
                 fitting_groups.append(group)
-                found[id(group)] = i, fitting
         # best bound first, a node's groups bounded only once the node leads (`CostTable.best_first`)
         first_bound, ordered = peek(table.best_first(fitting_groups))
         margin = 2.0 * first_bound / THROUGHPUT_RESOLUTION  # the first bound is at least the best
@@ -132,12 +144,16 @@ class GroupRanking:
         for bound, group in ordered:
             if bound < min(floor_tokens_per_s, best) - margin:
                 break
-            i, fitting = found[id(group)]
+            i, fitting = index[id(group)], _fitting_choices(group, fits, guesses)
             twin_best: dict[tuple[Sharding, bool], float] = {}  # the best feasible twin so far, less recomputed
             for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
                 lay = group.layout(sharding, recompute, sp)
                 twin_tps = twin_best.get((sharding, sp), -math.inf)
-                if recompute != Recompute.none and table.outranked_by_twin(lay, twin_tps):
+                # a recomputing layout outranked by its twin (`CostTable.outranked_by_twin`), or surely below both the
+                # floor and the best so far (the stop rule's, of one layout), is not evaluated
+                if recompute != Recompute.none and table.recomputing_bound(lay) < max(
+                    twin_tps, min(floor_tokens_per_s, best) - margin
+                ):
                     continue
                 cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
                 if passes_limits(cand, limits):
@@ -211,19 +227,50 @@ def _probe_plan(variants: tuple[Variant, ...]) -> tuple[tuple[Variant, tuple[int
     )  # fmt: skip
 
 
+def _first_fitting(
+    fits: Callable[[LayoutGroup, Choice], bool],
+    group: LayoutGroup,
+    chain: tuple[Sharding, ...],
+    variant: Variant,
+    lo: int,
+    hi: int,
+    guess: int | None,
+) -> int:
+    """The index in [lo, hi) of the first sharding of `chain` where the group's `variant` fits, else `hi` (it fits
+    from there on along the chain): by bisection, from `guess` where one is given (a right guess at either end
+    takes one probe)."""
+    if guess is not None and lo < hi:
+        probe = min(max(guess, lo), hi - 1)
+        if fits(group, (chain[probe], *variant)):
+            hi = probe
+        else:
+            lo = probe + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(group, (chain[mid], *variant)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@functools.lru_cache(maxsize=64)
+def _chains(shardings: tuple[Sharding, ...]) -> tuple[tuple[Sharding, ...], ...]:
+    """A group's shardings as chains along which memory never rises: `_STATE_CHAIN`, and FSDP alone."""
+    return tuple(s for s in _STATE_CHAIN if s in shardings), *((s,) for s in shardings if s not in _STATE_CHAIN)
+
+
 def _fitting_choices(
-    group: LayoutGroup, fits: Callable[[Layout], bool], guesses: dict[tuple[object, ...], int]
+    group: LayoutGroup, fits: Callable[[LayoutGroup, Choice], bool], guesses: dict[tuple[object, ...], int]
 ) -> list[Choice]:
-    """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along `_STATE_CHAIN`
-    (and FSDP, a chain of its own) a variant fits from its first fitting sharding on, found by bisection between
-    the first fitting shardings of the variants probed before it that hold no less than it (it fits wherever they
-    fit) and no more (it cannot fit before them), in `_probe_plan`'s order. `guesses` (shared by the groups of one
-    space) keeps the last first fitting index of each probe, which is tried first: neighbouring groups mostly
-    agree, and a right guess at either end takes one probe."""
+    """The (sharding, recomputation, sequence parallelism) of the group's layouts that fit. Along each of `_chains`
+    a variant fits from its first fitting sharding on, found by bisection between the first fitting shardings of
+    the variants probed before it that hold no less than it (it fits wherever they fit) and no more (it cannot fit
+    before them), in `_probe_plan`'s order. `guesses` (shared by the groups of one space) keeps the last first
+    fitting index of each probe, which is tried first: neighbouring groups mostly agree."""
     variants = tuple(group.variants())
     plan = _probe_plan(variants)
-    shardings = group.shardings
-    chains = [[s for s in _STATE_CHAIN if s in shardings], *([s] for s in shardings if s not in _STATE_CHAIN)]
+    chains = _chains(group.shardings)
     firsts: list[dict[Variant, int]] = []
     for c, chain in enumerate(chains):
         found: list[int] = []
@@ -231,23 +278,42 @@ def _fitting_choices(
             lo = max((found[j] for j in below), default=0)  # it fits wherever v fits
             hi = min((found[j] for j in above), default=len(chain))
             key = (variants, c, len(chain), p)
-            guess = guesses.get(key)
-            if guess is not None and lo < hi:  # the guessed first fitting index, or the last one if it is none
-                probe = min(max(guess, lo), hi - 1)
-                if fits(group.layout(chain[probe], *v)):
-                    hi = probe
-                else:
-                    lo = probe + 1
-            while lo < hi:  # the first fitting index of the chain lies in [lo, hi]
-                mid = (lo + hi) // 2
-                if fits(group.layout(chain[mid], *v)):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            found.append(lo)
-            guesses[key] = lo
+            found.append(_first_fitting(fits, group, chain, v, lo, hi, guesses.get(key)))
+            guesses[key] = found[-1]
         firsts.append({v: f for (v, _, _), f in zip(plan, found, strict=True)})
     return [(s, *v) for v in variants for chain, first in zip(chains, firsts, strict=True) for s in chain[first[v] :]]
+
+
+@functools.lru_cache(maxsize=64)
+def _twin_probes(
+    recomputes: tuple[Recompute, ...], sequence_parallel: tuple[bool, ...]
+) -> tuple[tuple[bool, tuple[Recompute, ...]], ...]:
+    """What `_fitting_twins` probes: per sequence parallelism (without it first) the recomputations whose variant no
+    other of the same sequence parallelism holds no more than (`holds_no_less`)."""
+    variants = tuple(itertools.product(recomputes, sequence_parallel))
+    kept = [v for v in variants if not any(w != v and w[1] == v[1] and holds_no_less(v, w) for w in variants)]
+    return tuple((sp, tuple(r for r, s in kept if s == sp)) for sp in sorted({sp for _, sp in kept}))
+
+
+def _fitting_twins(
+    group: LayoutGroup, fits: Callable[[LayoutGroup, Choice], bool], guesses: dict[tuple[object, ...], int]
+) -> set[tuple[Sharding, bool]]:
+    """The (sharding, sequence parallelism) of the group with a fitting layout, those of `_fitting_choices`, from
+    fewer probes: per chain (`_chains`) and sequence parallelism the first sharding where any recomputation fits,
+    searched only below the first found so far; only the variants no other of the same sequence parallelism holds
+    no more than (`holds_no_less`: where one fits, the other does; selective recomputation in place of none); and
+    with sequence parallelism below the first without (the same recomputation with it holds no more)."""
+    twins: set[tuple[Sharding, bool]] = set()
+    for c, chain in enumerate(_chains(group.shardings)):
+        first = len(chain)
+        for sp, recomputes in _twin_probes(group.recomputes, group.sequence_parallel):
+            for recompute in recomputes:
+                key = ("twins", c, len(chain), recompute, sp)
+                found = _first_fitting(fits, group, chain, (recompute, sp), 0, first, guesses.get(key))
+                guesses[key] = found
+                first = min(first, found)
+            twins.update((s, sp) for s in chain[first:])
+    return twins
 
 
 def compare_runs(

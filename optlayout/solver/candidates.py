@@ -436,15 +436,18 @@ class CostTable:
         layout = least_recomputed(layout)
         return layout.global_batch * self.job.seq_len / self.times(layout).step_time_s
 
+    def recomputing_bound(self, layout: Layout, bound_tps: float | None = None) -> float:
+        """An upper bound on the cluster tokens/s of the recomputing layout as ranked, whatever its layer count:
+        `bound_tps` (an upper bound before the robust factor; default its `recomputing_tps`) x its robust factor
+        (goodput only lowers it), raised by a hair for rounding."""
+        tps = self.recomputing_tps(layout) if bound_tps is None else bound_tps
+        return tps * self.factor(layout) * (1 + 1e-9)
+
     def outranked_by_twin(self, layout: Layout, twin_tps: float, bound_tps: float | None = None) -> bool:
         """Whether a feasible twin (`twin_key`) ranked at `twin_tps` (cluster tokens/s as ranked; -inf: none)
-        surely ranks ahead of the recomputing layout, whatever its layer count: its `bound_tps` (an upper bound
-        before the robust factor; default its `recomputing_tps`) x its robust factor (the twins' own) falls below
-        (goodput only lowers it). The twin rule then drops it unevaluated."""
-        if twin_tps == -math.inf:
-            return False
-        tps = self.recomputing_tps(layout) if bound_tps is None else bound_tps
-        return tps * self.factor(layout) * (1 + 1e-9) < twin_tps
+        surely ranks ahead of the recomputing layout: its `recomputing_bound` (from `bound_tps` when given; the
+        robust factor is the twins' own) falls below. The twin rule then drops it unevaluated."""
+        return twin_tps > -math.inf and self.recomputing_bound(layout, bound_tps) < twin_tps
 
     def factor(self, layout: Layout) -> float:
         """The layout's robust factor (1 unless the robust objective ranks)."""
@@ -483,7 +486,7 @@ class CostTable:
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     """The layout with full recomputation of `n` layers per model chunk."""
-    return Layout.unchecked(**{**dict(layout), "recompute_layers": n})
+    return Layout.unchecked(**{**layout.__dict__, "recompute_layers": n})
 
 
 def least_recomputed(layout: Layout) -> Layout:
