@@ -78,9 +78,10 @@ def io_aware_core_s(
     (QK^T and PV; the backward `backward_ratio` times as many) at `peak_flops_per_s`, and `scores` attention scores,
     exponentiated once each way on the special function units at `exp_per_s` (None: no bound). The two units
     overlap (FlashAttention-3's pingpong and intra-warpgroup pipelining run one tile's softmax under another's
-    GEMMs, Shah et al. 2024 sec. 3.1-3.2; FlashAttention-4 on Blackwell likewise), so the kernel runs at
-    `efficiency` of the slower one. 4 x head_dim FLOPs per score: the exponentials match the tensor cores at head
-    dim 64 on Hopper, 128 on Blackwell, 64 on Blackwell Ultra (gpus.yaml), in the forward only."""
+    GEMMs, Shah et al. 2024 sec. 3.2; FlashAttention-4 on Blackwell likewise), so the kernel runs at
+    `efficiency` of the slower one. At 4 x head_dim FLOPs per score the forward's exponentials match its tensor
+    cores at head dim 64 on Hopper, 128 on Blackwell, 64 on Blackwell Ultra (gpus.yaml); the backward's 2.5x the
+    tensor work stays the slower down to 2/5 of those."""
     tensor_s = flops / peak_flops_per_s
     exp_s = scores / exp_per_s if exp_per_s else 0.0
     forward = max(tensor_s, EXPS_PER_SCORE_FWD * exp_s)
