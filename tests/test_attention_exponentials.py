@@ -40,10 +40,14 @@ def test_core_time_is_the_slower_unit_at_the_kernel_efficiency() -> None:
     """1e12 scores at head dim 32 on an H100: tensor 128e12 / 989.4e12 = 0.1294 s, exponentials 1e12 / 3.865e12 =
     0.2587 s (forward bound); backward tensor 2.5 x 0.1294 = 0.3234 s > 0.2587 s. At efficiency 0.5: 0.5175 s and
     0.6469 s."""
-    fwd, bwd = io_aware_core_s(128e12, 1e12, 989.4e12, 3.865e12, 0.5, 2.5)
+    fwd, bwd = io_aware_core_s(128e12, 1e12, 989.4e12, 3.865e12, 0.5, 2.5, 0.0)
     assert fwd == pytest.approx(0.2587 / 0.5, rel=1e-3)
     assert bwd == pytest.approx(2.5 * 0.1294 / 0.5, rel=1e-3)
-    assert io_aware_core_s(128e12, 1e12, 989.4e12, None, 0.5, 2.5) == pytest.approx((0.1294 / 0.5, 0.3234 / 0.5), 1e-3)
+    without = io_aware_core_s(128e12, 1e12, 989.4e12, None, 0.5, 2.5, 0.0)
+    assert without == pytest.approx((0.1294 / 0.5, 0.3234 / 0.5), rel=1e-3)
+    # a fixed cost of 0.1 s adds 0.1 s forward and 0.25 s backward
+    fixed = io_aware_core_s(128e12, 1e12, 989.4e12, 3.865e12, 0.5, 2.5, 0.1)
+    assert fixed == pytest.approx((fwd + 0.1, bwd + 0.25), rel=1e-9)
 
 
 def _with_head_dim(head_dim: int) -> ModelSpec:

@@ -73,20 +73,23 @@ def io_aware_core_s(
     exp_per_s: float | None,
     efficiency: float,
     backward_ratio: float,
+    fixed_s: float,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of the IO-aware attention core: `flops` tensor-core FLOPs of its forward
     (QK^T and PV; the backward `backward_ratio` times as many) at `peak_flops_per_s`, and `scores` attention scores,
-    exponentiated once each way on the special function units at `exp_per_s` (None: no bound). The two units
-    overlap (FlashAttention-3's pingpong and intra-warpgroup pipelining run one tile's softmax under another's
-    GEMMs, Shah et al. 2024 sec. 3.2; FlashAttention-4 on Blackwell likewise), so the kernel runs at
-    `efficiency` of the slower one. At 4 x head_dim FLOPs per score the forward's exponentials match its tensor
-    cores at head dim 64 on Hopper, 128 on Blackwell, 64 on Blackwell Ultra (gpus.yaml); the backward's 2.5x the
-    tensor work stays the slower down to 2/5 of those."""
-    tensor_s = flops / peak_flops_per_s
-    exp_s = scores / exp_per_s if exp_per_s else 0.0
-    forward = max(tensor_s, EXPS_PER_SCORE_FWD * exp_s)
-    backward = max(backward_ratio * tensor_s, EXPS_PER_SCORE_BWD * exp_s)
-    return forward / efficiency, backward / efficiency
+    exponentiated once each way on the special function units at `exp_per_s` (None: no bound), plus the calls'
+    fixed cost `fixed_s` (`backward_ratio` times it backward). The two units overlap (FlashAttention-3's pingpong
+    and intra-warpgroup pipelining run one tile's softmax under another's GEMMs, Shah et al. 2024 sec. 3.2;
+    FlashAttention-4 on Blackwell likewise), so the kernel runs at `efficiency` of the slower one. At 4 x head_dim
+    FLOPs per score the forward's exponentials match its tensor cores at head dim 64 on Hopper, 128 on Blackwell,
+    64 on Blackwell Ultra (gpus.yaml); the backward's 2.5x the tensor work stays the slower down to 2/5 of those."""
+    tensor_s = flops / (peak_flops_per_s * efficiency) + fixed_s
+    if not exp_per_s:
+        return tensor_s, backward_ratio * tensor_s
+    exp_s = scores / (exp_per_s * efficiency)
+    forward = max(tensor_s, EXPS_PER_SCORE_FWD * exp_s + fixed_s)
+    backward = max(backward_ratio * tensor_s, EXPS_PER_SCORE_BWD * exp_s + backward_ratio * fixed_s)
+    return forward, backward
 
 
 def attention_norm_elementwise_bytes(model: ModelSpec, tp: int) -> float:

@@ -184,11 +184,10 @@ def _layer_base(
         # ring attention (CP) runs the kernel once per K/V chunk, on shorter keys; the diagonal tiles exponentiate
         # their masked scores too
         length = attention_length_factor(job.seq_len, layout.cp, job.causal, params)
-        core_fwd, core_bwd = io_aware_core_s(
-            attn_flops * length, scores * length, bf16_peak, gpu.sfu_exp_per_s, efficiency, ratio
-        )
         launches = layout.cp * params.kernel_overhead_s
-        attention, attention_bwd = core_fwd + launches, core_bwd + ratio * launches
+        attention, attention_bwd = io_aware_core_s(
+            attn_flops * length, scores * length, bf16_peak, gpu.sfu_exp_per_s, efficiency, ratio, launches
+        )
     else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
         attention_bwd = ratio * attention
