@@ -364,6 +364,13 @@ class GpuSpec(_Spec):
     scale_up_bandwidth_Bps: Real = Field(
         ge=0, le=limits.MAX_LINK_BYTES_PER_S, description="NVLink/Infinity Fabric per GPU, per direction"
     )
+    sfu_exp_per_s: Real | None = Field(
+        None,
+        gt=0,
+        le=limits.MAX_PEAK_FLOPS,
+        description="exponentials per second of the special function units (MUFU.EX2), the softmax's rate in the "
+        "attention kernel; None: unknown, no exponential bound",
+    )
     source: str = ""
 
     def peak_flops_for(self, precision: str) -> float:

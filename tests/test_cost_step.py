@@ -150,7 +150,8 @@ def test_ring_attention_exposes_each_step_that_its_exchange_outlasts() -> None:
     2.5 ms of attention): 4.5 ms. Summed over the layer instead (6 - 4 and 12 - 10) it would be 4 ms."""
     from optlayout.cost.step import LayerTimes, stage_times
 
-    lt = LayerTimes(gemm_fwd_s=0.0, attention_fwd_s=4e-3, elementwise_fwd_s=0.0, tp_comm_fwd_s=0.0, cp_comm_fwd_s=6e-3)
+    lt = LayerTimes(gemm_fwd_s=0.0, attention_fwd_s=4e-3, attention_bwd_s=2.5 * 4e-3, elementwise_fwd_s=0.0,
+                    tp_comm_fwd_s=0.0, cp_comm_fwd_s=6e-3)  # fmt: skip
     model = model_preset("llama3.1-8b")
     st = stage_times(model, JobSpec(seq_len=8192, global_batch=8), Layout(cp=4, dp=2), H100, DEFAULT_PARAMS,
                      ((lt, 1),), False)  # fmt: skip

@@ -60,6 +60,38 @@ def context(model: ModelSpec, seq_len: int, causal: bool, kind: LayerKind) -> fl
     return seq_len * (0.5 if causal else 1.0)
 
 
+# Exponentials per attention score: the forward's P = exp(S - m) (online softmax), the backward's recomputed
+# P = exp(S - LSE) (FlashAttention-2, Dao 2023, Algorithms 1 and 2); the backward's other softmax work has none.
+EXPS_PER_SCORE_FWD = 1
+EXPS_PER_SCORE_BWD = 1
+
+
+def io_aware_core_s(
+    flops: float,
+    scores: float,
+    peak_flops_per_s: float,
+    exp_per_s: float | None,
+    efficiency: float,
+    backward_ratio: float,
+    fixed_s: float,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the IO-aware attention core: `flops` tensor-core FLOPs of its forward
+    (QK^T and PV; the backward `backward_ratio` times as many) at `peak_flops_per_s`, and `scores` attention scores,
+    exponentiated once each way on the special function units at `exp_per_s` (None: no bound), plus the calls'
+    fixed cost `fixed_s` (`backward_ratio` times it backward). The two units overlap (FlashAttention-3's pingpong
+    and intra-warpgroup pipelining run one tile's softmax under another's GEMMs, Shah et al. 2024 sec. 3.2;
+    FlashAttention-4 on Blackwell likewise), so the kernel runs at `efficiency` of the slower one. At 4 x head_dim
+    FLOPs per score the forward's exponentials match its tensor cores at head dim 64 on Hopper, 128 on Blackwell,
+    64 on Blackwell Ultra (gpus.yaml); the backward's 2.5x the tensor work stays the slower down to 2/5 of those."""
+    tensor_s = flops / (peak_flops_per_s * efficiency) + fixed_s
+    if not exp_per_s:
+        return tensor_s, backward_ratio * tensor_s
+    exp_s = scores / (exp_per_s * efficiency)
+    forward = max(tensor_s, EXPS_PER_SCORE_FWD * exp_s + fixed_s)
+    backward = max(backward_ratio * tensor_s, EXPS_PER_SCORE_BWD * exp_s + backward_ratio * fixed_s)
+    return forward, backward
+
+
 def attention_norm_elementwise_bytes(model: ModelSpec, tp: int) -> float:
     """Bytes per token of the attention block's own norms on one TP rank (read and write, 2 B each, as the hidden
     norms are priced): MLA's two latent norms (whole on every rank), or the per-head query and key norms."""

@@ -35,7 +35,9 @@ class CostParams(BaseModel):
         0.55,
         gt=0,
         le=1,
-        description="fraction of BF16 peak of the IO-aware attention kernel, forward and backward averaged. Source: "
+        description="fraction of its bound the IO-aware attention kernel reaches, forward and backward averaged: "
+        "the slower of its tensor-core FLOPs at BF16 peak and its softmax exponentials at the GPU's SFU rate "
+        "(`GpuSpec.sfu_exp_per_s`; the units overlap, so one efficiency for the slower). Source: "
         "FlashAttention-2 reaches 50-73% of A100 peak forward, lower backward (Dao 2023); FA2 on H100 ~35-50%, "
         "FA3 ~60-75% (Shah et al. 2024).",
     )

@@ -2,8 +2,9 @@
 
 Per micro-batch and layer, on one GPU: the layer's GEMMs (per GEMM: a main loop bound by FLOPs at the
 GEMM efficiency of the precision's peak, with tile padding, or by operand bytes, then the output store,
-plus a launch cost), the attention core (FLOPs at the attention kernel's efficiency), and memory-bound
-elementwise work. Backward is twice the GEMMs and `attention_backward_ratio` times the attention;
+plus a launch cost), the attention core (at the attention kernel's efficiency of the slower of its tensor-core
+FLOPs and its softmax exponentials), and memory-bound elementwise work. Backward is twice the GEMMs and
+`attention_backward_ratio` times the attention's FLOPs (one more exponential per score);
 recomputation repeats the forward (full) or the attention core (selective). The pipeline runs
 (m + (p - 1)/v) slots of the slowest stage (1F1B / interleaved 1F1B).
 """
@@ -25,6 +26,7 @@ from optlayout.cost.attention import (
     attention_norm_elementwise_bytes,
     context,
     core_widths,
+    io_aware_core_s,
     kv_width_per_rank,
     mtp_kind,
 )
@@ -106,6 +108,7 @@ class LayerTimes:
 
     gemm_fwd_s: float
     attention_fwd_s: float
+    attention_bwd_s: float  # the attention core's backward (without recomputation)
     elementwise_fwd_s: float
     tp_comm_fwd_s: float  # collectives of one forward, before overlap
     cp_comm_fwd_s: float
@@ -137,9 +140,9 @@ def layer_times(
     if not kind.moe:
         return base
     routed = routed_times(model, job, layout, gpu, links, params, memo)
-    return LayerTimes(base.gemm_fwd_s + routed.gemm_s, base.attention_fwd_s, base.elementwise_fwd_s
-                      + routed.elementwise_s, base.tp_comm_fwd_s, base.cp_comm_fwd_s, routed.comm_fwd_s,
-                      routed.comm_bwd_s)  # fmt: skip
+    return LayerTimes(base.gemm_fwd_s + routed.gemm_s, base.attention_fwd_s, base.attention_bwd_s,
+                      base.elementwise_fwd_s + routed.elementwise_s, base.tp_comm_fwd_s, base.cp_comm_fwd_s,
+                      routed.comm_fwd_s, routed.comm_bwd_s)  # fmt: skip
 
 
 def _layer_base(
@@ -172,16 +175,22 @@ def _layer_base(
     attn_flops = 2.0 * tokens * ctx * (score + value)
     hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
     bf16_peak = gpu.peak_flops_for("bf16") if "bf16" in gpu.peak_flops else gpu.peak_flops_for(job.precision)
+    scores = model.heads / t * tokens * ctx
+    ratio = params.attention_backward_ratio
     if job.attention_kernel != "naive":
         efficiency = params.attention_efficiency
         if job.attention_kernel == "flash2" and gpu.arch in HOPPER_OR_NEWER:
             efficiency *= params.flash2_speed_on_hopper
-        # ring attention (CP) runs the kernel once per K/V chunk, on shorter keys
+        # ring attention (CP) runs the kernel once per K/V chunk, on shorter keys; the diagonal tiles exponentiate
+        # their masked scores too
         length = attention_length_factor(job.seq_len, layout.cp, job.causal, params)
-        attention = attn_flops * length / (bf16_peak * efficiency) + layout.cp * params.kernel_overhead_s
+        launches = layout.cp * params.kernel_overhead_s
+        attention, attention_bwd = io_aware_core_s(
+            attn_flops * length, scores * length, bf16_peak, gpu.sfu_exp_per_s, efficiency, ratio, launches
+        )
     else:  # two batched GEMMs plus a materialized softmax (read and write the scores, fp16)
-        scores = model.heads / t * tokens * ctx
         attention = attn_flops / (bf16_peak * params.gemm_efficiency) + 3 * 2.0 * scores / hbm
+        attention_bwd = ratio * attention
     sp_div = t if layout.sequence_parallel else 1
     dropout_bytes = 6.0 if job.dropout else 0.0  # two masks written and read, and the dropped values
     elementwise_bytes = (
@@ -204,7 +213,7 @@ def _layer_base(
     # CP ring attention: each of cp-1 steps passes this rank's K and V chunk to its neighbour.
     kv_chunk = 2.0 * 2.0 * tokens * kv_rank
     cp_comm = (layout.cp - 1) * comm.p2p_s(kv_chunk, links.cp, params.collective_efficiency)
-    return LayerTimes(gemms, attention, elementwise, tp_comm, cp_comm)
+    return LayerTimes(gemms, attention, attention_bwd, elementwise, tp_comm, cp_comm)
 
 
 @dataclass(frozen=True)
@@ -248,7 +257,7 @@ def stage_times(
         layers.append((mtp, model.mtp_layers, model.mtp_layers if full else 0))
     for lt, count, rerun_count in layers:
         fwd = lt.forward_compute_s()
-        bwd = 2 * lt.gemm_fwd_s + params.attention_backward_ratio * lt.attention_fwd_s
+        bwd = 2 * lt.gemm_fwd_s + lt.attention_bwd_s
         bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
         ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
         if layout.recompute == Recompute.selective:
@@ -265,9 +274,7 @@ def stage_times(
         cp = 0.0
         if layout.cp > 1:
             exchange, step = lt.cp_comm_fwd_s / (layout.cp - 1), lt.attention_fwd_s / layout.cp
-            cp = (layout.cp - 1) * (
-                max(0.0, exchange - step) + max(0.0, 2 * exchange - params.attention_backward_ratio * step)
-            )
+            cp = (layout.cp - 1) * (max(0.0, exchange - step) + max(0.0, 2 * exchange - lt.attention_bwd_s / layout.cp))
         fwd_s += count * fwd
         bwd_s += count * bwd
         tp_s += count * tp

@@ -1,8 +1,9 @@
 """GPU and model presets (data in YAML beside this file) and Hugging Face `config.json` import.
 
 A GPU that is not listed is described in a YAML file of the same form as `gpus.yaml` (name: arch,
-memory_gib, peak_tflops, hbm_tbytes_per_s, scale_up_gbytes_per_s, source) named by the environment
-variable `OPTLAYOUT_GPU_FILE`; its entries join the presets under their own names.
+memory_gib, peak_tflops, hbm_tbytes_per_s, scale_up_gbytes_per_s, source; optionally sfu_texp_per_s and
+sfu_source) named by the environment variable `OPTLAYOUT_GPU_FILE`; its entries join the presets under their own
+names.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def gpu_preset(name: str) -> GpuSpec:
             "to its path"
         )
     row = table[key]
+    texp = row.get("sfu_texp_per_s")
     try:
         return GpuSpec(
             name=key,
@@ -86,6 +88,7 @@ def gpu_preset(name: str) -> GpuSpec:
             peak_flops={p: float(v) * 1e12 for p, v in row["peak_tflops"].items()},
             hbm_bandwidth_Bps=float(row["hbm_tbytes_per_s"]) * 1e12,
             scale_up_bandwidth_Bps=float(row["scale_up_gbytes_per_s"]) * 1e9,
+            sfu_exp_per_s=None if texp is None else float(texp) * 1e12,
             source=row["source"],
         )
     except (pydantic.ValidationError, TypeError, ValueError, AttributeError) as exc:
