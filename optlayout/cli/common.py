@@ -104,7 +104,7 @@ def switched_job_flags(dropout: bool, grad_bytes: float) -> list[str]:
     return [flag for flag, on in (("--dropout", dropout), ("--grad-bytes", grad_bytes != GRAD_BYTES)) if on]
 
 
-GRAD_BYTES = 2.0  # the default: 16-bit gradient buffers
+GRAD_BYTES = float(JobSpec.model_fields["grad_bytes_per_param"].default)  # 16-bit gradient buffers
 GradBytesOpt = Annotated[
     float, typer.Option("--grad-bytes", help="gradient bytes per parameter: 2 (bf16, default) or 4 (fp32 main grads)")
 ]
@@ -163,7 +163,7 @@ def job_arg(
     headroom: float = 0.05,
     attention_kernel: str | None = None,
     dropout: bool = False,
-    grad_bytes: float = 2.0,
+    grad_bytes: float = GRAD_BYTES,
 ) -> JobSpec:
     try:
         return JobSpec(

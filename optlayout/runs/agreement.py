@@ -27,6 +27,7 @@ from optlayout.solver.candidates import (
     passes_limits,
     rank_key,
     throughput_scale,
+    twin_in_stead,
     twin_key,
 )
 from optlayout.solver.problem import Problem
@@ -147,10 +148,9 @@ def recipe_agreement(
     scale = throughput_scale(feasible)
     ranking = best_twins(sorted(feasible, key=lambda c: rank_key(c, scale)))
     identities = [layout_identity(c.layout) for c in ranking]
-    twins = [twin_key(c.layout) for c in ranking]
     mine_twins = twin_key(published.layout)
-    twin = ranking[twins.index(mine_twins)] if mine_twins in twins and mine not in identities else None
-    twin_ahead = twin.layout if twin is not None and twin.cluster_tokens_per_s >= target else None
+    ranked_twin = next(((c.layout, c.cluster_tokens_per_s) for c in ranking if twin_key(c.layout) == mine_twins), None)
+    twin_ahead = twin_in_stead(published.layout, target, ranked_twin)
     if max_rank is not None and len(ahead) >= max_rank:
         rank = max_rank + 1
     elif mine in identities:

@@ -32,6 +32,7 @@ from optlayout.solver.candidates import (
     peek,
     rank_key,
     throughput_scale,
+    twin_in_stead,
     twin_key,
 )
 from optlayout.solver.oracle import rank_problem
@@ -182,10 +183,7 @@ class GroupRanking:
     def twin_ahead(self, layout: Layout, tokens_per_s_per_gpu: float) -> Layout | None:
         """The layout's twin (`twin_key`) ranked in its stead at no lower throughput, when the layout itself is not
         ranked: the same layout but its recomputation, which the twin rule ranks instead."""
-        twin, tps = self.twins.get(twin_key(layout), (None, -math.inf))
-        if twin is None or layout_identity(twin) == layout_identity(layout) or tps < tokens_per_s_per_gpu:
-            return None
-        return twin
+        return twin_in_stead(layout, tokens_per_s_per_gpu, self.twins.get(twin_key(layout)))
 
 
 def _batch_ok(group: LayoutGroup, lo: int | None, hi: int | None) -> bool:

@@ -108,6 +108,16 @@ def twin_key(layout: Layout) -> tuple[object, ...]:
     return tuple(getattr(layout, f) for f in _TWIN)
 
 
+def twin_in_stead(layout: Layout, tokens_per_s: float, ranked_twin: tuple[Layout, float] | None) -> Layout | None:
+    """The layout's twin ranked in its stead (the twin rule): `ranked_twin`, the layout its twin class ranks and its
+    throughput (in `tokens_per_s`'s units), when that is another layout at no lower throughput; else None (the layout
+    is ranked itself, its class is not, or it is over memory and its ranked twin is slower)."""
+    if ranked_twin is None:
+        return None
+    twin, twin_tps = ranked_twin
+    return twin if layout_identity(twin) != layout_identity(layout) and twin_tps >= tokens_per_s else None
+
+
 def best_twins(ranked: Iterable[Candidate]) -> list[Candidate]:
     """The feasible candidates `ranked` (best first by `rank_key`) under the twin rule (`twin_key`): each twin
     class's first, at its best accumulation; what every ranking of the space lists."""

@@ -123,9 +123,8 @@ def _generated(doc: GeneratorDoc, gpu: GpuSpec, name: str) -> Topology:
     check_graph_size(doc.servers, doc, doc.fabric)
     tables = regular_tables(doc, gpu)
     if tables is None:
-        with paused_gc():
-            graph = build_generator(doc, gpu).graph()
-            return Topology(name, gpu, graph, ordered_gpu_nodes(graph), doc.description)
+        graph = _generated_graph(doc, gpu)
+        return Topology(name, gpu, graph, ordered_gpu_nodes(graph), doc.description)
 
     names = ServerMajorNames(doc.servers, int(doc.gpus_per_server or 0))
     return Topology(name, gpu, partial(_generated_graph, doc, gpu), names, doc.description, tables=tables)
