@@ -196,12 +196,38 @@ def test_robust_needs_held_out_errors(cli, tmp_path) -> None:
     assert proc.returncode == 2 and "no held-out errors" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_a_robust_plan_is_not_replanned_without_its_intervals(cli, tmp_path) -> None:
+def test_a_robust_plan_is_replanned_robust_with_the_calibrations_intervals(cli, tmp_path) -> None:
     plan = tmp_path / "robust.json"
     assert cli(*SOLVE, "--robust", "--save", str(plan)).returncode == 0
-    proc = cli("solve", "--from-plan", str(plan), "--gpus", "16")
-    assert proc.returncode != 0 and "ranked with --robust" in proc.stderr
+    replanned = cli("solve", "--from-plan", str(plan), "--gpus", "16", "--top", "5", "--json")
+    assert replanned.returncode == 0, replanned.stderr
+    out = json.loads(replanned.stdout)
+    fresh = json.loads(cli(*SOLVE[:4], "gpu=h100-sxm,gpus=16", *SOLVE[5:], "--robust").stdout)
+    # the same order and figures as a robust solve of the new cluster (the plan's job kept)
+    assert out["robust"] is True and out["replanned_from"]["gpus"] == 64
+    assert [r["layout"] for r in out["layouts"]] == [r["layout"] for r in fresh["layouts"]]
+    assert [r["support"] for r in out["layouts"]] == [r["support"] for r in fresh["layouts"]]
+    plain = json.loads(cli("solve", "--from-plan", str(plan), "--gpus", "16", "--top", "5", "--json",
+                           "--no-robust").stdout)  # fmt: skip
+    assert plain["robust"] is False and all("support" in r for r in plain["layouts"])
+    proc = cli("solve", "--from-plan", str(plan), "--gpus", "16", "--calibration", "none")
+    assert proc.returncode == 2 and "ranked with --robust" in proc.stderr and "--no-robust" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_replan_needs_the_intervals_a_robust_plan_was_ranked_by() -> None:
+    from optlayout.errors import InputError
+    from optlayout.planning import replan, solve
+
+    u = load_calibration(shipped_calibration_path()).uncertainty
+    job = JobSpec(seq_len=8192, global_batch=256)
+    plan = solve("llama3-8b", "gpu=h100-sxm,gpus=64", job, uncertainty=u, robust=True)
+    with pytest.raises(InputError, match="the plan was ranked robust"):
+        replan(plan, 16)
+    again = replan(plan, 16, uncertainty=u)
+    assert again.robust and again.best.layout == solve("llama3-8b", "gpu=h100-sxm,gpus=16", job, uncertainty=u,
+                                                       robust=True).best.layout  # fmt: skip
+    assert not replan(plan, 16, robust=False).robust
 
 
 def test_a_calibration_with_other_quantile_levels_is_refused_naming_the_field(cli, tmp_path) -> None:

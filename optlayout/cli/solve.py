@@ -108,9 +108,10 @@ FromPlanOpt = Annotated[Path | None, typer.Option("--from-plan", help="re-plan a
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="with --from-plan: the new GPU count")]
 SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence")]
 RobustOpt = Annotated[
-    bool,
-    typer.Option("--robust", help="rank by the conservative estimate: the low end of each layout's 80% interval "
-                 "from the calibration's held-out errors (unsupported regimes widen it)"),
+    bool | None,
+    typer.Option("--robust/--no-robust", help="rank by the conservative estimate: the low end of each layout's 80% "
+                 "interval from the calibration's held-out errors (unsupported regimes widen it); with --from-plan, "
+                 "default: as the plan was ranked", show_default=False),
 ]  # fmt: skip
 
 
@@ -226,7 +227,7 @@ def solve_command(
     d2h_gbytes_per_s: D2hOpt = DEFAULT_D2H_BPS / GB,
     restart_minutes: RestartOpt = DEFAULT_RESTART_S / MINUTE,
     straggler_slowdown: StragglerOpt = None,
-    robust: RobustOpt = False,
+    robust: RobustOpt = None,
     from_plan: FromPlanOpt = None,
     gpus: GpusOpt = None,
     save: Annotated[Path | None, typer.Option("--save", help="write the plan as JSON")] = None,
@@ -267,9 +268,7 @@ def solve_command(
             raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
         if gpus is None and source is None:
             raise InputError("--from-plan needs --gpus N (or the new --cluster/--topology)")
-        if robust:
-            raise InputError("--robust ranks a new solve; re-planning (--from-plan) keeps the plan's objective")
-        plan, loaded = _replan(from_plan, gpus, source, calibration, objective, straggler_slowdown, search,
+        plan, loaded = _replan(from_plan, gpus, source, calibration, objective, straggler_slowdown, robust, search,
                                clock, started_s)  # fmt: skip
     else:
         if gpus is not None:
@@ -285,10 +284,10 @@ def solve_command(
             loaded = load_cluster(source)
         fitted = common.calibration_arg(calibration)
         params = common.params_of(fitted, loaded.topology.gpu.name, precision)
-        uncertainty = common.uncertainty_arg(fitted, calibration, robust)
+        uncertainty = common.uncertainty_arg(fitted, calibration, bool(robust))
         _parsed(clock, started_s)
         plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
-                     straggler_slowdown=straggler_slowdown or 0.0, uncertainty=uncertainty, robust=robust,
+                     straggler_slowdown=straggler_slowdown or 0.0, uncertainty=uncertainty, robust=bool(robust),
                      **search)  # fmt: skip
     clock.merge(plan.phases_s)
     _output(plan, save, report, loaded, as_json, inputs, clock, timings, verbose)
@@ -306,11 +305,13 @@ def _replan(
     calibration: str | None,
     objective: str | None,
     straggler_slowdown: float | None,
+    robust: bool | None,
     search: _Search,
     clock: PhaseClock,
     started_s: float,
 ) -> tuple[Plan, LoadedCluster | None]:
-    """Re-plan a saved plan (and the new cluster, loaded once, when given)."""
+    """Re-plan a saved plan (and the new cluster, loaded once, when given), ranked robust as the plan was unless
+    --robust/--no-robust says otherwise."""
     from optlayout.planning import Plan, replan
     from optlayout.topology import load_cluster
 
@@ -318,10 +319,17 @@ def _replan(
     with clock.phase("topology"):
         loaded = load_cluster(source) if source is not None else None
     gpu_name = loaded.topology.gpu.name if loaded is not None else _plan_gpu(old)
-    params = common.params_arg(calibration, gpu_name, old.job.precision)
+    fitted = common.calibration_arg(calibration)
+    params = common.params_of(fitted, gpu_name, old.job.precision)
+    ranked_robust = old.robust if robust is None else robust
+    if ranked_robust and robust is None and fitted is None:
+        raise InputError("--from-plan: the plan was ranked with --robust, which needs a calibration's held-out errors; "
+                         "drop --calibration none, or pass --no-robust")  # fmt: skip
+    uncertainty = common.uncertainty_arg(fitted, calibration, ranked_robust)
     _parsed(clock, started_s)
     plan = replan(old, gpus, cluster=loaded, params=params, objective=objective,
-                  straggler_slowdown=straggler_slowdown, **search)  # fmt: skip
+                  straggler_slowdown=straggler_slowdown, uncertainty=uncertainty, robust=ranked_robust,
+                  **search)  # fmt: skip
     return plan, loaded
 
 

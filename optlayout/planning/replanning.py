@@ -16,6 +16,7 @@ from optlayout.inputs.limits import MAX_GPUS
 from optlayout.layout.model import AXES
 from optlayout.planning.plan import LayoutChange, Plan, Replan
 from optlayout.planning.search import ClusterInput, SolveRequest, failure_input, solve_request, storage_input
+from optlayout.runs.uncertainty import Uncertainty
 from optlayout.solver.candidates import passes_limits, state_key
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, batch_targets, space_options
@@ -192,6 +193,8 @@ def replan(
     failure: FailureSpec | Mapping[str, Any] | None = None,
     storage: StorageSpec | Mapping[str, Any] | None = None,
     straggler_slowdown: float | None = None,
+    uncertainty: Uncertainty | None = None,
+    robust: bool | None = None,
     **switches: Any,
 ) -> Plan:
     """The best layout of a saved plan's model and job on another GPU count, and what changes.
@@ -199,14 +202,19 @@ def replan(
     The job is the plan's: a fixed global batch is kept, batch bounds are kept. The cluster is the plan's
     kind on `gpus` GPUs: its shorthand with the new count, or its generator-form topology with
     gpus / gpus_per_server servers; give `cluster` for a plan made from an explicit topology or to move
-    elsewhere. The objective, failure, storage and straggler inputs default to the plan's.
+    elsewhere. The objective, failure, storage, straggler and `robust` inputs default to the plan's.
+    `uncertainty` (a calibration's held-out errors) gives each layout its interval and support, as in `solve`;
+    a plan ranked robust (or `robust=True`) needs it, since a plan does not carry the intervals it was ranked by.
     The returned plan's `replan.changes` lists the layout fields that differ from the plan's best and
     whether each reshards the checkpoint. Raises a one-line InfeasibleError naming the rule when no layout
     works on `gpus`, with the nearest GPU counts that do.
     """
     old = Plan.load(plan) if isinstance(plan, (str, Path)) else plan
-    if old.robust:  # its order came from the calibration's intervals, which a plan does not carry
-        raise UnsupportedError("replan: the plan was ranked with --robust; solve the new cluster with --robust instead")
+    robust = old.robust if robust is None else robust
+    if robust and uncertainty is None:  # the order comes from the calibration's intervals, which a plan does not carry
+        whose = "the plan was ranked robust" if old.robust else "robust ranking"
+        raise InputError(f"replan: {whose} (by the 80% interval's low end): pass the calibration's held-out errors "
+                         "(`uncertainty`), or robust=False")  # fmt: skip
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
         raise InputError(f"replan: gpus must be a whole number from 1 to {MAX_GPUS:,} (got {gpus!r})")
     options = space_options(pins, maxima, exclude, **switches)
@@ -242,7 +250,7 @@ def replan(
         failure=failure_input(failure) if failure is not None else old.failure,
         storage=storage_input(storage) if storage is not None else old.storage,
         straggler_slowdown=straggler_slowdown if straggler_slowdown is not None else old.straggler_slowdown,
-        switches=switches,
+        switches=switches, uncertainty=uncertainty, robust=robust,
     )  # fmt: skip
     new = solve_request(request, clock)
     if not new.layouts:
