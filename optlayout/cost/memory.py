@@ -415,15 +415,28 @@ def memory_floor_bytes(
     model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
 ) -> float:
     """A lower bound on `memory_per_gpu`'s total, far cheaper: the first stage's training state and the activations
-    its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output)."""
-    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
-    first_stage = _split_stages(model, layout, memo)[1][0]
-    assert first_stage[0] == 0
-    chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1], per_kind)
-    if layout.pp == 1 and model.mtp_layers:
-        chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
-    acts, _ = inflight_bytes(layout, chunk_bytes, 0)
-    state = sum(stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout))
+    its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output).
+    The activations go through the memo under a key without the sharding, the state under one without the
+    micro-batch, accumulation and recomputation."""
+    akey = ("floor_acts", *_all_but_sharding(layout))
+    acts: float | None = memo.get(akey) if memo is not None else None
+    if acts is None:
+        per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+        first_stage = _split_stages(model, layout, memo)[1][0]
+        assert first_stage[0] == 0
+        chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1], per_kind)
+        if layout.pp == 1 and model.mtp_layers:
+            chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
+        acts, _ = inflight_bytes(layout, chunk_bytes, 0)
+        if memo is not None:
+            memo[akey] = acts
+    skey = ("floor_state", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+    state: float | None = memo.get(skey) if memo is not None else None
+    if state is None:
+        state = sum(stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout))
+        if memo is not None:
+            memo[skey] = state
     return state + acts + params.runtime_reserve_bytes
 
 

@@ -416,12 +416,28 @@ def _slowest_stage(
            layout.last_stage_layers)  # fmt: skip
     found: tuple[StageTimes, int] | None = memo.get(key) if memo is not None else None
     if found is None:
+        stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r), layers)
+                  for mix, last, r, layers in _stage_shapes(model, layout, memo)]  # fmt: skip
+        found = max(stages, key=lambda stage: stage[0].total_s)
+        if memo is not None:
+            memo[key] = found
+    return found
+
+
+def _stage_shapes(
+    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
+) -> list[tuple[tuple[tuple[LayerKind, int], ...], bool, tuple[tuple[LayerKind, int], ...] | None, int]]:
+    """The distinct stages of the layout's split (stages alike cost alike), in a fixed order: (the layers of each
+    kind it holds, whether it is the last, the layers of each kind full recomputation re-runs (None: all), its
+    layer count); through the memo under the split and the recomputed layer count alone."""
+    partial = layout.recompute_layers if layout.recompute == Recompute.full else None
+    key = ("stage_shapes", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers, partial)
+    found = memo.get(key) if memo is not None else None
+    if found is None:
         held = rank_kinds(model.layer_kinds, layout)
         rerun = _recomputed_mixes(model, layout)
-        shapes = {(mix, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}  # stages alike cost alike
-        stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r),
-                   sum(n for _, n in mix)) for mix, last, r in sorted(shapes)]  # fmt: skip
-        found = max(stages, key=lambda stage: stage[0].total_s)
+        shapes = {(mix, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}
+        found = [(mix, last, r, sum(n for _, n in mix)) for mix, last, r in sorted(shapes)]
         if memo is not None:
             memo[key] = found
     return found
@@ -473,22 +489,22 @@ def _stage(
 ) -> StageTimes:
     """A stage holding `mix` layers of each kind, through the memo (`overlapped`, `recomputed` (the layers of each
     kind full recomputation re-runs): see `stage_times`)."""
-    lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
-
-    def times_of(kind: LayerKind) -> LayerTimes:
-        key = (*lkey, kind)
-        lt = memo.get(key) if memo is not None else None
-        if lt is None:
-            lt = layer_times(model, job, layout, gpu, links, params, kind, memo)
-            if memo is not None:
-                memo[key] = lt
-        return lt
-
     if overlapped is None:
         overlapped = overlap_allowed(job, layout)
+    lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
     skey = (*lkey, layout.recompute, overlapped, mix, last, recomputed)
     st = memo.get(skey) if memo is not None else None
     if st is None:
+
+        def times_of(kind: LayerKind) -> LayerTimes:
+            key = (*lkey, kind)
+            lt = memo.get(key) if memo is not None else None
+            if lt is None:
+                lt = layer_times(model, job, layout, gpu, links, params, kind, memo)
+                if memo is not None:
+                    memo[key] = lt
+            return lt
+
         mtp = times_of(mtp_kind(model)) if last and model.mtp_layers else None
         rerun = None if recomputed is None else tuple(dict(recomputed).get(k, 0) for k, _ in mix)
         st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), last, mtp,
