@@ -310,6 +310,18 @@ class CostTable:
         cheapest = group.cheapest_variant()
         return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
+    def group_overflows(self, group: LayoutGroup, cap_mib: int) -> bool:
+        """Whether every layout of the group overflows `cap_mib` at its first stage alone (`memory_floor_bytes`):
+        each (recomputation, sequence parallelism) variant does at the group's most sharded sharding, where the
+        floor's training state is the least (each sharding divides more of it) and its activations are the same.
+        The least-memory variants (full recomputation, sequence parallel) are tried first."""
+        most = max(group.shardings, key=_SHARDING_ORDER.__getitem__)
+        return all(
+            memory_mib(memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo))
+            > cap_mib
+            for r, sp in reversed(list(group.variants()))
+        )
+
     def group_factor(self, group: LayoutGroup) -> float:
         """The largest robust factor of the group's layouts: it depends on their degrees and sharding only."""
         if self.robust is None:
@@ -332,7 +344,8 @@ class CostTable:
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
-        stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time. Under the
+        stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time, and a group
+        whose every layout's first stage does (`group_overflows`) is skipped whole. Under the
         robust objective each bound is scaled by the largest factor it covers (`bound_factor`, `group_factor`).
         (4) The twin rule (`twin_key`): the k-th best counts twin classes, each at its best; and a recomputing
         layout is skipped once a feasible twin of less recomputation (the same sharding and sequence parallelism)
@@ -366,6 +379,8 @@ class CostTable:
                 threshold = (kth.value() - margin * self.bound_factor) / self.group_factor(group)
                 if bound < threshold:
                     continue
+            if self.group_overflows(group, cap_mib):
+                continue  # no layout of the group fits its first stage alone: none would be evaluated
             state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
             unrecomputed: dict[bool, float] = {}  # per sequence parallelism: the evaluated recompute=none bound
             twin_best: dict[tuple[Sharding, bool], float] = {}  # per sharding and SP: the best feasible twin so far
