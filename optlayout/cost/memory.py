@@ -278,11 +278,17 @@ def _fullest_stage(
     stage_acts = _stage_activations(model, job, layout, params, memo)
     buffers = 0.0
     if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
-        # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
-        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
-                     for k in set(model.layer_kinds))  # fmt: skip
-        buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+        bkey = ("fsdp_buffers", layout.tp, layout.ep, layout.etp)
+        found: float | None = memo.get(bkey) if memo is not None else None
+        if found is None:
+            # unsharded weights of the prefetched layers and their gradients before reduce-scatter
+            moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
+            widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
+                         for k in _kinds(model, memo))  # fmt: skip
+            found = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+            if memo is not None:
+                memo[bkey] = found
+        buffers = found
     partial = layout.recompute_layers if layout.recompute == Recompute.full else None  # it moves candidate stages
     skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
             layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding, partial)  # fmt: skip
@@ -298,6 +304,16 @@ def _fullest_stage(
             best = (total, stage, state, acts, buffers)
     assert best is not None
     return best
+
+
+def _kinds(model: ModelSpec, memo: dict[tuple[object, ...], Any] | None) -> frozenset[LayerKind]:
+    """The model's distinct layer kinds, through the memo (owned by the caller for one model)."""
+    found: frozenset[LayerKind] | None = memo.get(("kinds",)) if memo is not None else None
+    if found is None:
+        found = frozenset(model.layer_kinds)
+        if memo is not None:
+            memo[("kinds",)] = found
+    return found
 
 
 ChunkSplit = tuple[ChunkKinds[LayerKind], ChunkKinds[LayerKind]]  # (layers at the layout's bytes, kept whole)
@@ -368,7 +384,7 @@ def _stage_activations(
     recomputing = 0.0
     if layout.recompute == Recompute.full:
         whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none)
-        recomputing = max(whole[k] for k in set(model.layer_kinds))
+        recomputing = max(whole[k] for k in _kinds(model, memo))
     stage_acts: list[tuple[int, float]] = []
     for stage, chunks in _split_stages(model, layout, memo)[1]:
         chunk_bytes = _chunk_bytes(model, job, layout, params, memo, chunks, per_kind)
