@@ -56,7 +56,7 @@ class MemoryBreakdown:
     def most_params(self) -> tuple[float, float]:
         """(parameters, routed experts among them) of the stage whose GPU holds the most: what the data-parallel
         reduction and the optimizer step of the slowest stage move."""
-        i = max(range(len(self.param_count_per_stage)), key=self.param_count_per_stage.__getitem__)
+        i = self.param_count_per_stage.index(max(self.param_count_per_stage))  # the first of the most
         return self.param_count_per_stage[i], (self.expert_param_count_per_stage or (0.0,) * (i + 1))[i]
 
     @property
@@ -241,11 +241,18 @@ def memory_per_gpu(
     differing in sharding (or, for the first two, accumulation) share."""
     _, stage, (weights, grads, optim), acts, buffers = _fullest_stage(model, job, layout, params, memo)
     per_stage = stage_params_per_stage(model, layout, memo)
+    tkey = ("param_counts", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+            layout.ep, layout.etp)  # fmt: skip
+    counts: tuple[tuple[float, ...], tuple[float, ...]] | None = memo.get(tkey) if memo is not None else None
+    if counts is None:
+        counts = tuple(p.total for p in per_stage), tuple(p.experts for p in per_stage)
+        if memo is not None:
+            memo[tkey] = counts
     return MemoryBreakdown(
         stage=stage,
         layers_on_stage=_split_stages(model, layout, memo)[0][stage],
         param_count_on_gpu=per_stage[stage].total,
-        param_count_per_stage=tuple(p.total for p in per_stage),
+        param_count_per_stage=counts[0],
         weights_bytes=weights,
         gradients_bytes=grads,
         optimizer_bytes=optim,
@@ -253,7 +260,7 @@ def memory_per_gpu(
         buffers_bytes=buffers,
         reserve_bytes=params.runtime_reserve_bytes,
         expert_param_count_on_gpu=per_stage[stage].experts,
-        expert_param_count_per_stage=tuple(p.experts for p in per_stage),
+        expert_param_count_per_stage=counts[1],
     )
 
 

@@ -331,10 +331,18 @@ def step_time(
     # overlap off for it): a forward and a backward exchange per micro-batch on the critical path.
     pp_comm = 0.0
     if p > 1:
-        tokens = job.seq_len * layout.micro_batch / layout.cp
-        msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
-        fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
-        send = comm.p2p_s(msg, links.pp, eff)
+        # the links are the topology's for the layout's rank grids, the message the micro-batch's
+        fkey = ("pp_fill", layout.tp, p, layout.cp, layout.dp, layout.ep, layout.etp, v > 1, layout.micro_batch,
+                layout.sequence_parallel)  # fmt: skip
+        sends: tuple[float, float] | None = memo.get(fkey) if memo is not None else None
+        if sends is None:
+            tokens = job.seq_len * layout.micro_batch / layout.cp
+            msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
+            fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
+            sends = fill, comm.p2p_s(msg, links.pp, eff)
+            if memo is not None:
+                memo[fkey] = sends
+        fill, send = sends
         if v > 1:
             f_chunk, b_chunk = slowest.compute_fwd_s / v, slowest.compute_bwd_s / v
             steady = m * v * (max(0.0, send - f_chunk) + max(0.0, send - b_chunk))
@@ -345,39 +353,35 @@ def step_time(
     # Data parallel, in Megatron's buckets (one collective each; FSDP: one per layer): the dense parameters over
     # dp x cp, the routed experts over expert-DP, both under the same compute.
     dense_param_count = param_count_on_gpu - expert_param_count_on_gpu
-    sets = [(dense_param_count, links.dp_cp)]
-    if expert_param_count_on_gpu:
-        sets.append((expert_param_count_on_gpu, links.edp))
     overlap = params.dp_comm_overlap
-
-    def bucketed(collective: Callable[[float, comm.Link, float, CostParams], float], bytes_per_param: float) -> float:
-        total = 0.0
-        for count, link in sets:
-            bucket = max(params.dp_bucket_param_count, params.dp_bucket_param_count_per_rank * link.size)
-            buckets = max(1, math.ceil(count / bucket))
-            total += buckets * collective(count * bytes_per_param / buckets, link, eff, params)
-        return total
-
-    grad_bytes, weight_bytes = job.grad_bytes_per_param, job.weight_bytes_per_param
-    if layout.sharding == Sharding.fsdp:
+    fsdp = layout.sharding == Sharding.fsdp
+    n = slowest_layers
+    # the collectives' own times: the parameter counts, the rank grids' links and the sharding decide them
+    tkey = ("dp_traffic", layout.sharding, param_count_on_gpu, expert_param_count_on_gpu, n if fsdp else 0,
+            layout.tp, p, layout.cp, layout.dp, layout.ep, layout.etp, v > 1)  # fmt: skip
+    traffic: tuple[float, float] | None = memo.get(tkey) if memo is not None else None
+    if traffic is None:
+        traffic = _dp_traffic(job, layout, links, params, dense_param_count, expert_param_count_on_gpu, n)
+        if memo is not None:
+            memo[tkey] = traffic
+    if fsdp:
         # Per layer, per micro-batch: the next layer's weights are gathered under this layer's compute, forward
         # and backward, and its gradients reduce-scattered under the backward; what a layer's compute cannot
         # cover is exposed, and so are the first gather of each pass and the last reduce-scatter.
-        n = slowest_layers
-        ag = sum(comm.all_gather_s(c * weight_bytes / n, link, eff, params) for c, link in sets)
-        rs = sum(comm.reduce_scatter_s(c * grad_bytes / n, link, eff, params) for c, link in sets)
+        ag, rs = traffic
         fwd_layer, bwd_layer = slowest.compute_fwd_s / n, slowest.compute_bwd_s / n
         per_mb = 2 * ag + rs + (n - 1) * (max(0.0, ag - overlap * fwd_layer) + max(0.0, ag + rs - overlap * bwd_layer))
         dp_comm = m * per_mb
     elif layout.sharding == Sharding.zero2:
-        per_mb = bucketed(comm.reduce_scatter_s, grad_bytes)
+        per_mb, gather = traffic
         dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, bucketed(comm.all_gather_s, weight_bytes) - overlap * slowest.compute_fwd_s)
+        dp_comm += max(0.0, gather - overlap * slowest.compute_fwd_s)
     elif layout.sharding == Sharding.zero1:
-        dp_comm = max(0.0, bucketed(comm.reduce_scatter_s, grad_bytes) - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, bucketed(comm.all_gather_s, weight_bytes) - overlap * slowest.compute_fwd_s)
+        reduce, gather = traffic
+        dp_comm = max(0.0, reduce - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, gather - overlap * slowest.compute_fwd_s)
     else:
-        dp_comm = max(0.0, bucketed(comm.all_reduce_s, grad_bytes) - overlap * slowest.compute_bwd_s)
+        dp_comm = max(0.0, traffic[0] - overlap * slowest.compute_bwd_s)
 
     sharded = layout.sharding != Sharding.none
     local_param_count = dense_param_count / (links.dp_cp.size if sharded else 1)
@@ -398,6 +402,42 @@ def step_time(
         optimizer_s=optimizer,
         overhead_s=params.step_overhead_s,
     )
+
+
+def _dp_traffic(
+    job: JobSpec,
+    layout: Layout,
+    links: comm.GroupLinks,
+    params: CostParams,
+    dense_param_count: float,
+    expert_param_count: float,
+    layers: int,
+) -> tuple[float, float]:
+    """The data-parallel collectives of one step, before overlap, in Megatron's buckets (one collective each; FSDP:
+    one per layer): the dense parameters over dp x cp, the routed experts over expert-DP. FSDP: (one layer's
+    all-gather, its reduce-scatter); ZeRO-1/2: (the gradients' reduce-scatter, the weights' all-gather); none:
+    (the gradients' all-reduce, 0)."""
+    eff = params.collective_efficiency
+    sets = [(dense_param_count, links.dp_cp)]
+    if expert_param_count:
+        sets.append((expert_param_count, links.edp))
+
+    def bucketed(collective: Callable[[float, comm.Link, float, CostParams], float], bytes_per_param: float) -> float:
+        total = 0.0
+        for count, link in sets:
+            bucket = max(params.dp_bucket_param_count, params.dp_bucket_param_count_per_rank * link.size)
+            buckets = max(1, math.ceil(count / bucket))
+            total += buckets * collective(count * bytes_per_param / buckets, link, eff, params)
+        return total
+
+    grad_bytes, weight_bytes = job.grad_bytes_per_param, job.weight_bytes_per_param
+    if layout.sharding == Sharding.fsdp:
+        ag = sum(comm.all_gather_s(c * weight_bytes / layers, link, eff, params) for c, link in sets)
+        rs = sum(comm.reduce_scatter_s(c * grad_bytes / layers, link, eff, params) for c, link in sets)
+        return ag, rs
+    if layout.sharding in (Sharding.zero1, Sharding.zero2):
+        return bucketed(comm.reduce_scatter_s, grad_bytes), bucketed(comm.all_gather_s, weight_bytes)
+    return bucketed(comm.all_reduce_s, grad_bytes), 0.0
 
 
 def _slowest_stage(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ class Candidate:
 
 _IDENTITY = tuple(a.name for a in AXES if a.name != "grad_accum")
 _MODEL_SPLITS = tuple(a.name for a in AXES if a.splits_model)
-_ALL_BUT_MICRO_BATCH = tuple(a.name for a in AXES if a.name != "micro_batch")
+_all_but_micro_batch = operator.attrgetter(*(a.name for a in AXES if a.name != "micro_batch"))
 
 
 def layout_identity(layout: Layout) -> tuple[object, ...]:
@@ -127,13 +128,13 @@ def best_twins(ranked: Iterable[Candidate]) -> list[Candidate]:
     return list(kept.values())
 
 
-_PLACED = tuple(dict.fromkeys(a.name for a in (*GRID_AXES, *EXPERT_GRID_AXES)))
+_placed = operator.attrgetter(*dict.fromkeys(a.name for a in (*GRID_AXES, *EXPERT_GRID_AXES)))
 
 
 def grid_key(layout: Layout) -> tuple[int, ...]:
     """What a layout's group links depend on: the degrees of the rank grids (dense and expert), and whether it
     interleaves (the last stage then also sends to the first, a pipeline boundary of its own)."""
-    return (*(getattr(layout, name) for name in _PLACED), layout.vp > 1)
+    return (*_placed(layout), layout.vp > 1)
 
 
 def state_key(layout: Layout) -> tuple[object, ...]:
@@ -414,7 +415,7 @@ class CostTable:
                         if not ok:
                             continue
                     # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
-                    mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
+                    mkey = _all_but_micro_batch(lay)
                     if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                         continue
                     floor_mib = memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo))
