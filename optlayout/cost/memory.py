@@ -371,7 +371,17 @@ def _chunk_bytes(
     bytes of no recomputation."""
     whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
         kept for _, kept in chunks) else per_kind  # fmt: skip
-    return [sum(n * per_kind[k] for k, n in held) + sum(n * whole[k] for k, n in kept) for held, kept in chunks]
+    return [_kinds_bytes(held, per_kind) + _kinds_bytes(kept, whole) for held, kept in chunks]
+
+
+def _kinds_bytes(layers: ChunkKinds[LayerKind], per_kind: dict[LayerKind, float]) -> float:
+    """`sum(n * per_kind[k] for k, n in layers)`, the same figure, without a generator for none or one kind."""
+    if not layers:
+        return 0
+    if len(layers) == 1:
+        ((kind, n),) = layers
+        return n * per_kind[kind]
+    return sum(n * per_kind[k] for k, n in layers)
 
 
 def _stage_activations(

@@ -242,11 +242,13 @@ def stage_times(
     mtp: LayerTimes | None = None,
     overlapped: bool | None = None,
     recomputed: tuple[int, ...] | None = None,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> StageTimes:
     """One micro-batch through one stage: its layers (`mix`: each kind's times and count), plus the output layer
     and loss on the last, and there the multi-token-prediction modules (`mtp`: their block's times). `overlapped`:
     whether EP overlap applies (default: where Megatron allows it for this layout). `recomputed`: with full
-    recomputation, how many of each kind's layers it re-runs (default all; the MTP modules always)."""
+    recomputation, how many of each kind's layers it re-runs (default all; the MTP modules always). `memo`: see
+    `step_time`."""
     fwd_s = bwd_s = tp_s = cp_s = ep_s = 0.0
     full = layout.recompute == Recompute.full
     if overlapped is None:
@@ -281,6 +283,25 @@ def stage_times(
         cp_s += count * cp
         ep_s += count * exposed_comm_s(ep_comm, fwd + bwd, overlapped)
     if last:
+        head_fwd_s, head_bwd_s = _output_head_s(model, job, layout, gpu, params, memo)
+        fwd_s += head_fwd_s
+        bwd_s += head_bwd_s
+    return StageTimes(fwd_s, bwd_s, tp_s, cp_s, ep_s)
+
+
+def _output_head_s(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer and loss of one micro-batch on the last stage, and there of
+    the multi-token-prediction modules' heads and projections; through the memo under (tp, cp, micro-batch)."""
+    key = ("output_head", layout.tp, layout.cp, layout.micro_batch)
+    found: tuple[float, float] | None = memo.get(key) if memo is not None else None
+    if found is None:
         tokens = job.seq_len * layout.micro_batch / layout.cp
         gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
         logits = gemm_s(tokens, model.vocab / layout.tp, model.hidden, gemm_rate, gpu, params)
@@ -296,9 +317,13 @@ def stage_times(
         project = 0.0
         if model.mtp_layers:
             project = gemm_s(tokens, model.hidden, 2 * model.hidden / layout.tp, gemm_rate, gpu, params)
-        fwd_s += heads * (logits + loss / 2) + model.mtp_layers * project
-        bwd_s += heads * (2 * logits + loss / 2) + model.mtp_layers * 2 * project
-    return StageTimes(fwd_s, bwd_s, tp_s, cp_s, ep_s)
+        found = (
+            heads * (logits + loss / 2) + model.mtp_layers * project,
+            heads * (2 * logits + loss / 2) + (model.mtp_layers * 2 * project),
+        )
+        if memo is not None:
+            memo[key] = found
+    return found
 
 
 def step_time(
@@ -548,7 +573,7 @@ def _stage(
         mtp = times_of(mtp_kind(model)) if last and model.mtp_layers else None
         rerun = None if recomputed is None else tuple(dict(recomputed).get(k, 0) for k, _ in mix)
         st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), last, mtp,
-                         overlapped, rerun)  # fmt: skip
+                         overlapped, rerun, memo)  # fmt: skip
         if memo is not None:
             memo[skey] = st
     return st
