@@ -157,6 +157,21 @@ def test_a_group_overflows_exactly_when_each_of_its_layouts_does(problem, where)
         assert table.group_overflows(group, cap) == all(f > cap for f in fs)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_least_memory_layout_is_the_first_of_least_memory(problem) -> None:
+    """The infeasible diagnosis's layout: `least_memory`, which skips layouts by their memory floor, finds the layout
+    `min` over every layout's memory finds (the first of the least, in the space's order)."""
+    model, cluster, job, _ = problem
+    topo = topology_from_cluster(cluster)
+    table = CostTable(model, job, topo.gpu, topo)
+    options = SpaceOptions(max_micro_batch=4)
+    groups = list(enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options))
+    layouts = [lay for g in groups for lay in g.layouts()]
+    expected = min(layouts, key=CostTable(model, job, topo.gpu, topo).memory_bytes) if layouts else None
+    assert table.least_memory(groups) == expected
+
+
 def test_oracle_and_solver_agree_on_a_larger_space() -> None:
     # 8B on 64 H100: thousands of layouts; the CP-SAT top-3 must be the oracle's top-3.
     topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=64))

@@ -449,8 +449,7 @@ def memory_floor_bytes(
 ) -> float:
     """A lower bound on `memory_per_gpu`'s total, far cheaper: the first stage's training state and the activations
     its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output).
-    The activations go through the memo under a key without the sharding, the state under one without the
-    micro-batch, accumulation and recomputation."""
+    The activations go through the memo under a key without the sharding (the state: `first_stage_state_bytes`)."""
     akey = ("floor_acts", *_all_but_sharding(layout))
     acts: float | None = memo.get(akey) if memo is not None else None
     if acts is None:
@@ -463,14 +462,22 @@ def memory_floor_bytes(
         acts, _ = inflight_bytes(layout, chunk_bytes, 0)
         if memo is not None:
             memo[akey] = acts
-    skey = ("floor_state", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
-    state: float | None = memo.get(skey) if memo is not None else None
+    return first_stage_state_bytes(model, job, layout, memo) + acts + params.runtime_reserve_bytes
+
+
+def first_stage_state_bytes(
+    model: ModelSpec, job: JobSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None = None
+) -> float:
+    """The training state (weights, gradients, optimizer) one GPU of the first stage holds, through the memo under
+    the degrees, stage split and sharding."""
+    key = ("first_state", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+           layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+    state: float | None = memo.get(key) if memo is not None else None
     if state is None:
         state = sum(stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout))
         if memo is not None:
-            memo[skey] = state
-    return state + acts + params.runtime_reserve_bytes
+            memo[key] = state
+    return state
 
 
 def usable_memory_bytes(capacity_bytes: float, job: JobSpec) -> float:

@@ -34,6 +34,7 @@ from optlayout.cost import (
 )
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import (
+    first_stage_state_bytes,
     memory_floor_bytes,
     memory_per_gpu,
     memory_total_bytes,
@@ -311,17 +312,40 @@ class CostTable:
         cheapest = group.cheapest_variant()
         return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
-    def group_overflows(self, group: LayoutGroup, cap_mib: int) -> bool:
-        """Whether every layout of the group overflows `cap_mib` at its first stage alone (`memory_floor_bytes`):
-        each (recomputation, sequence parallelism) variant does at the group's most sharded sharding, where the
-        floor's training state is the least (each sharding divides more of it) and its activations are the same.
-        The least-memory variants (full recomputation, sequence parallel) are tried first."""
+    def group_floors(self, group: LayoutGroup) -> Iterator[float]:
+        """The first-stage memory floor (`memory_floor_bytes`) of each (recomputation, sequence parallelism) variant
+        of the group at its most sharded sharding, the least-memory variants (full recomputation, sequence parallel)
+        first: their least is at most the floor of every layout of the group (each sharding divides more of the
+        floor's training state, and its activations are the same)."""
         most = max(group.shardings, key=_SHARDING_ORDER.__getitem__)
-        return all(
-            memory_mib(memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo))
-            > cap_mib
-            for r, sp in reversed(list(group.variants()))
-        )
+        for r, sp in reversed(list(group.variants())):
+            yield memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo)
+
+    def group_overflows(self, group: LayoutGroup, cap_mib: int) -> bool:
+        """Whether every layout of the group overflows `cap_mib` at its first stage alone (`group_floors`); first
+        whether the first stage's training state and the reserve alone do, at the most sharded sharding (every
+        floor holds them, and activations)."""
+        most = max(group.shardings, key=_SHARDING_ORDER.__getitem__)
+        state = first_stage_state_bytes(self.model, self.job, group.layout(most, *next(group.variants())), self._memo)
+        if memory_mib(state + self.params.runtime_reserve_bytes) > cap_mib:
+            return True
+        return all(memory_mib(floor) > cap_mib for floor in self.group_floors(group))
+
+    def least_memory(self, groups: Iterable[LayoutGroup]) -> Layout | None:
+        """The first layout of the groups' layouts (in their order) of the least memory per GPU, as
+        `min(layouts, key=self.memory_bytes)` finds it, without the memory of a layout whose first-stage floor is
+        over the least found (nor of any layout of a group whose `group_floors` all are); None for no groups."""
+        best, best_bytes = None, math.inf
+        for group in groups:
+            if all(floor > best_bytes for floor in self.group_floors(group)):
+                continue
+            for lay in group.layouts():
+                if memory_floor_bytes(self.model, self.job, lay, self.params, self._memo) > best_bytes:
+                    continue
+                total = self.memory_bytes(lay)
+                if total < best_bytes:
+                    best, best_bytes = lay, total
+        return best
 
     def group_factor(self, group: LayoutGroup) -> float:
         """The largest robust factor of the group's layouts: it depends on their degrees and sharding only."""
