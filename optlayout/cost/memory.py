@@ -296,14 +296,16 @@ def _fullest_stage(
             if memo is not None:
                 memo[bkey] = found
         buffers = found
-    partial = layout.recompute_layers if layout.recompute == Recompute.full else None  # it moves candidate stages
+    # each stage's state, by stage (the recomputed layer count moves which stages are candidates, not their state)
     skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding, partial)  # fmt: skip
-    states: list[tuple[float, float, float]] | None = memo.get(skey) if memo is not None else None
-    if states is None:
-        states = [stage_state_bytes(per_stage[stage], job, layout) for stage, _ in stage_acts]
-        if memo is not None:
-            memo[skey] = states
+            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+    by_stage: dict[int, tuple[float, float, float]] = memo.setdefault(skey, {}) if memo is not None else {}
+    states = []
+    for stage, _ in stage_acts:
+        state = by_stage.get(stage)
+        if state is None:
+            state = by_stage[stage] = stage_state_bytes(per_stage[stage], job, layout)
+        states.append(state)
     best: tuple[float, int, tuple[float, float, float], float, float] | None = None
     for (stage, acts), state in zip(stage_acts, states, strict=True):
         total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes

@@ -279,7 +279,10 @@ class CostTable:
         layout's layer counts that fit, the fewest is the fastest and the search holds that one alone."""
         if layout.recompute != Recompute.full or layout.recompute_layers is not None:
             return layout
-        largest = max(chunk_layer_counts(stage_split(layout, self.model.layers), layout.vp))
+        lkey = ("largest_chunk", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
+        largest = self._memo.get(lkey)
+        if not isinstance(largest, int):
+            largest = self._memo[lkey] = max(chunk_layer_counts(stage_split(layout, self.model.layers), layout.vp))
         cap = capacity_mib(capacity_bytes)
 
         def fits(n: int) -> bool:
