@@ -296,10 +296,7 @@ def _fullest_stage(
             if memo is not None:
                 memo[bkey] = found
         buffers = found
-    # each stage's state, by stage (the recomputed layer count moves which stages are candidates, not their state)
-    skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
-    by_stage: dict[int, tuple[float, float, float]] = memo.setdefault(skey, {}) if memo is not None else {}
+    by_stage = _states_by_stage(layout, memo)
     states = []
     for stage, _ in stage_acts:
         state = by_stage.get(stage)
@@ -470,16 +467,23 @@ def memory_floor_bytes(
 def first_stage_state_bytes(
     model: ModelSpec, job: JobSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None = None
 ) -> float:
-    """The training state (weights, gradients, optimizer) one GPU of the first stage holds, through the memo under
-    the degrees, stage split and sharding."""
-    key = ("first_state", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-           layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
-    state: float | None = memo.get(key) if memo is not None else None
+    """The training state (weights, gradients, optimizer) one GPU of the first stage holds (through the memo)."""
+    by_stage = _states_by_stage(layout, memo)
+    state = by_stage.get(0)
     if state is None:
-        state = sum(stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout))
-        if memo is not None:
-            memo[key] = state
-    return state
+        state = by_stage[0] = stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout)
+    return sum(state)
+
+
+def _states_by_stage(
+    layout: Layout, memo: dict[tuple[object, ...], Any] | None
+) -> dict[int, tuple[float, float, float]]:
+    """The memo's (weights, gradients, optimizer) bytes of each stage found so far, by stage, for the layout's
+    degrees, stage split and sharding (the recomputed layer count moves which stages are candidates, not their
+    state); an empty dict without a memo."""
+    key = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+           layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+    return memo.setdefault(key, {}) if memo is not None else {}
 
 
 def usable_memory_bytes(capacity_bytes: float, job: JobSpec) -> float:

@@ -320,16 +320,16 @@ class CostTable:
         of the group at its most sharded sharding, the least-memory variants (full recomputation, sequence parallel)
         first: their least is at most the floor of every layout of the group (each sharding divides more of the
         floor's training state, and its activations are the same)."""
-        most = max(group.shardings, key=_SHARDING_ORDER.__getitem__)
+        most = _most_sharded(group)
         for r, sp in reversed(list(group.variants())):
             yield memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo)
 
     def group_overflows(self, group: LayoutGroup, cap_mib: int) -> bool:
-        """Whether every layout of the group overflows `cap_mib` at its first stage alone (`group_floors`); first
-        whether the first stage's training state and the reserve alone do, at the most sharded sharding (every
-        floor holds them, and activations)."""
-        most = max(group.shardings, key=_SHARDING_ORDER.__getitem__)
-        state = first_stage_state_bytes(self.model, self.job, group.layout(most, *next(group.variants())), self._memo)
+        """Whether every layout of the group overflows `cap_mib` at its first stage alone (`group_floors`); tried
+        first on the first stage's training state and the reserve alone at the most sharded sharding (every floor
+        is at least that)."""
+        lay = group.layout(_most_sharded(group), *next(group.variants()))
+        state = first_stage_state_bytes(self.model, self.job, lay, self._memo)
         if memory_mib(state + self.params.runtime_reserve_bytes) > cap_mib:
             return True
         return all(memory_mib(floor) > cap_mib for floor in self.group_floors(group))
@@ -535,6 +535,11 @@ class CostTable:
                     heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, g))
             else:
                 yield -priority, entry
+
+
+def _most_sharded(group: LayoutGroup) -> Sharding:
+    """The group's sharding that divides the most training state (the last of `Sharding`'s order it allows)."""
+    return max(group.shardings, key=_SHARDING_ORDER.__getitem__)
 
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
