@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from optlayout.conditions.goodput import GoodputModel, failure_spec, storage_spec
 from optlayout.cost import CostParams, usable_memory_bytes
+from optlayout.cost.memory import memory_floor_bytes
 from optlayout.errors import OptlayoutError
 from optlayout.layout import layout_problems
 from optlayout.planning import solve
@@ -134,6 +135,41 @@ def test_the_bounds_of_branch_and_bound_hold(problem, objective, dp_overlap, ove
                     searched = table.candidate(table.fewest_recomputed(lay, capacity)).cluster_tokens_per_s
                     own = table.factor(lay)
                     assert searched <= min(floor, table.recomputing_tps(lay)) * own * (1 + 1e-12)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from([0.0, 0.5, 1.0]))
+def test_a_group_overflows_exactly_when_each_of_its_layouts_does(problem, where) -> None:
+    """What the walk's skip of a whole group relies on: `group_overflows` (the first-stage memory floor of each
+    variant at the most sharded sharding) says a group overflows a capacity exactly when every one of its layouts'
+    memory floors does; the capacities tried lie at the least, middle and largest floor of the space."""
+    model, cluster, job, _ = problem
+    topo = topology_from_cluster(cluster)
+    table = CostTable(model, job, topo.gpu, topo)
+    groups = list(enumerate_groups(model, job, topo.num_gpus, topo.domain_size, SpaceOptions(max_micro_batch=4)))
+    floors = [[memory_mib(memory_floor_bytes(model, job, lay, table.params, None)) for lay in g.layouts()]
+              for g in groups]  # fmt: skip
+    every = sorted(f for fs in floors for f in fs)
+    if not every:
+        return
+    cap = every[round(where * (len(every) - 1))]
+    for group, fs in zip(groups, floors, strict=True):
+        assert table.group_overflows(group, cap) == all(f > cap for f in fs)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_least_memory_layout_is_the_first_of_least_memory(problem) -> None:
+    """The infeasible diagnosis's layout: `least_memory`, which skips layouts by their memory floor, finds the layout
+    `min` over every layout's memory finds (the first of the least, in the space's order)."""
+    model, cluster, job, _ = problem
+    topo = topology_from_cluster(cluster)
+    table = CostTable(model, job, topo.gpu, topo)
+    options = SpaceOptions(max_micro_batch=4)
+    groups = list(enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options))
+    layouts = [lay for g in groups for lay in g.layouts()]
+    expected = min(layouts, key=CostTable(model, job, topo.gpu, topo).memory_bytes) if layouts else None
+    assert table.least_memory(groups) == expected
 
 
 def test_oracle_and_solver_agree_on_a_larger_space() -> None:

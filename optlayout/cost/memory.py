@@ -56,7 +56,7 @@ class MemoryBreakdown:
     def most_params(self) -> tuple[float, float]:
         """(parameters, routed experts among them) of the stage whose GPU holds the most: what the data-parallel
         reduction and the optimizer step of the slowest stage move."""
-        i = max(range(len(self.param_count_per_stage)), key=self.param_count_per_stage.__getitem__)
+        i = self.param_count_per_stage.index(max(self.param_count_per_stage))  # the first of the most
         return self.param_count_per_stage[i], (self.expert_param_count_per_stage or (0.0,) * (i + 1))[i]
 
     @property
@@ -241,11 +241,18 @@ def memory_per_gpu(
     differing in sharding (or, for the first two, accumulation) share."""
     _, stage, (weights, grads, optim), acts, buffers = _fullest_stage(model, job, layout, params, memo)
     per_stage = stage_params_per_stage(model, layout, memo)
+    tkey = ("param_counts", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+            layout.ep, layout.etp)  # fmt: skip
+    counts: tuple[tuple[float, ...], tuple[float, ...]] | None = memo.get(tkey) if memo is not None else None
+    if counts is None:
+        counts = tuple(p.total for p in per_stage), tuple(p.experts for p in per_stage)
+        if memo is not None:
+            memo[tkey] = counts
     return MemoryBreakdown(
         stage=stage,
         layers_on_stage=_split_stages(model, layout, memo)[0][stage],
         param_count_on_gpu=per_stage[stage].total,
-        param_count_per_stage=tuple(p.total for p in per_stage),
+        param_count_per_stage=counts[0],
         weights_bytes=weights,
         gradients_bytes=grads,
         optimizer_bytes=optim,
@@ -253,7 +260,7 @@ def memory_per_gpu(
         buffers_bytes=buffers,
         reserve_bytes=params.runtime_reserve_bytes,
         expert_param_count_on_gpu=per_stage[stage].experts,
-        expert_param_count_per_stage=tuple(p.experts for p in per_stage),
+        expert_param_count_per_stage=counts[1],
     )
 
 
@@ -278,19 +285,24 @@ def _fullest_stage(
     stage_acts = _stage_activations(model, job, layout, params, memo)
     buffers = 0.0
     if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
-        # unsharded weights of the prefetched layers and their gradients before reduce-scatter
-        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
-        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
-                     for k in set(model.layer_kinds))  # fmt: skip
-        buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
-    partial = layout.recompute_layers if layout.recompute == Recompute.full else None  # it moves candidate stages
-    skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding, partial)  # fmt: skip
-    states: list[tuple[float, float, float]] | None = memo.get(skey) if memo is not None else None
-    if states is None:
-        states = [stage_state_bytes(per_stage[stage], job, layout) for stage, _ in stage_acts]
-        if memo is not None:
-            memo[skey] = states
+        bkey = ("fsdp_buffers", layout.tp, layout.ep, layout.etp)
+        found: float | None = memo.get(bkey) if memo is not None else None
+        if found is None:
+            # unsharded weights of the prefetched layers and their gradients before reduce-scatter
+            moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
+            widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
+                         for k in _kinds(model, memo))  # fmt: skip
+            found = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
+            if memo is not None:
+                memo[bkey] = found
+        buffers = found
+    by_stage = _states_by_stage(layout, memo)
+    states = []
+    for stage, _ in stage_acts:
+        state = by_stage.get(stage)
+        if state is None:
+            state = by_stage[stage] = stage_state_bytes(per_stage[stage], job, layout)
+        states.append(state)
     best: tuple[float, int, tuple[float, float, float], float, float] | None = None
     for (stage, acts), state in zip(stage_acts, states, strict=True):
         total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes
@@ -298,6 +310,16 @@ def _fullest_stage(
             best = (total, stage, state, acts, buffers)
     assert best is not None
     return best
+
+
+def _kinds(model: ModelSpec, memo: dict[tuple[object, ...], Any] | None) -> frozenset[LayerKind]:
+    """The model's distinct layer kinds, through the memo (owned by the caller for one model)."""
+    found: frozenset[LayerKind] | None = memo.get(("kinds",)) if memo is not None else None
+    if found is None:
+        found = frozenset(model.layer_kinds)
+        if memo is not None:
+            memo[("kinds",)] = found
+    return found
 
 
 ChunkSplit = tuple[ChunkKinds[LayerKind], ChunkKinds[LayerKind]]  # (layers at the layout's bytes, kept whole)
@@ -348,7 +370,17 @@ def _chunk_bytes(
     bytes of no recomputation."""
     whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
         kept for _, kept in chunks) else per_kind  # fmt: skip
-    return [sum(n * per_kind[k] for k, n in held) + sum(n * whole[k] for k, n in kept) for held, kept in chunks]
+    return [_kinds_bytes(held, per_kind) + _kinds_bytes(kept, whole) for held, kept in chunks]
+
+
+def _kinds_bytes(layers: ChunkKinds[LayerKind], per_kind: dict[LayerKind, float]) -> float:
+    """`sum(n * per_kind[k] for k, n in layers)`, the same figure, without a generator for none or one kind."""
+    if not layers:
+        return 0
+    if len(layers) == 1:
+        ((kind, n),) = layers
+        return n * per_kind[kind]
+    return sum(n * per_kind[k] for k, n in layers)
 
 
 def _stage_activations(
@@ -368,7 +400,7 @@ def _stage_activations(
     recomputing = 0.0
     if layout.recompute == Recompute.full:
         whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none)
-        recomputing = max(whole[k] for k in set(model.layer_kinds))
+        recomputing = max(whole[k] for k in _kinds(model, memo))
     stage_acts: list[tuple[int, float]] = []
     for stage, chunks in _split_stages(model, layout, memo)[1]:
         chunk_bytes = _chunk_bytes(model, job, layout, params, memo, chunks, per_kind)
@@ -415,16 +447,43 @@ def memory_floor_bytes(
     model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
 ) -> float:
     """A lower bound on `memory_per_gpu`'s total, far cheaper: the first stage's training state and the activations
-    its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output)."""
-    per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
-    first_stage = _split_stages(model, layout, memo)[1][0]
-    assert first_stage[0] == 0
-    chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1], per_kind)
-    if layout.pp == 1 and model.mtp_layers:
-        chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
-    acts, _ = inflight_bytes(layout, chunk_bytes, 0)
-    state = sum(stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout))
-    return state + acts + params.runtime_reserve_bytes
+    its in-flight micro-batches leave in its layers, plus the runtime reserve (no buffers, no embedding output).
+    The activations go through the memo under a key without the sharding (the state: `first_stage_state_bytes`)."""
+    akey = ("floor_acts", *_all_but_sharding(layout))
+    acts: float | None = memo.get(akey) if memo is not None else None
+    if acts is None:
+        per_kind = _per_kind_activation_bytes(model, job, layout, params, memo)
+        first_stage = _split_stages(model, layout, memo)[1][0]
+        assert first_stage[0] == 0
+        chunk_bytes = _chunk_bytes(model, job, layout, params, memo, first_stage[1], per_kind)
+        if layout.pp == 1 and model.mtp_layers:
+            chunk_bytes[-1] += model.mtp_layers * per_kind[mtp_kind(model)]
+        acts, _ = inflight_bytes(layout, chunk_bytes, 0)
+        if memo is not None:
+            memo[akey] = acts
+    return first_stage_state_bytes(model, job, layout, memo) + acts + params.runtime_reserve_bytes
+
+
+def first_stage_state_bytes(
+    model: ModelSpec, job: JobSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None = None
+) -> float:
+    """The training state (weights, gradients, optimizer) one GPU of the first stage holds (through the memo)."""
+    by_stage = _states_by_stage(layout, memo)
+    state = by_stage.get(0)
+    if state is None:
+        state = by_stage[0] = stage_state_bytes(stage_params_per_stage(model, layout, memo)[0], job, layout)
+    return sum(state)
+
+
+def _states_by_stage(
+    layout: Layout, memo: dict[tuple[object, ...], Any] | None
+) -> dict[int, tuple[float, float, float]]:
+    """The memo's (weights, gradients, optimizer) bytes of each stage found so far, by stage, for the layout's
+    degrees, stage split and sharding (the recomputed layer count moves which stages are candidates, not their
+    state); an empty dict without a memo."""
+    key = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+           layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
+    return memo.setdefault(key, {}) if memo is not None else {}
 
 
 def usable_memory_bytes(capacity_bytes: float, job: JobSpec) -> float:

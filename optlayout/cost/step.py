@@ -242,11 +242,13 @@ def stage_times(
     mtp: LayerTimes | None = None,
     overlapped: bool | None = None,
     recomputed: tuple[int, ...] | None = None,
+    memo: dict[tuple[object, ...], Any] | None = None,
 ) -> StageTimes:
     """One micro-batch through one stage: its layers (`mix`: each kind's times and count), plus the output layer
     and loss on the last, and there the multi-token-prediction modules (`mtp`: their block's times). `overlapped`:
     whether EP overlap applies (default: where Megatron allows it for this layout). `recomputed`: with full
-    recomputation, how many of each kind's layers it re-runs (default all; the MTP modules always)."""
+    recomputation, how many of each kind's layers it re-runs (default all; the MTP modules always). `memo`: see
+    `step_time`."""
     fwd_s = bwd_s = tp_s = cp_s = ep_s = 0.0
     full = layout.recompute == Recompute.full
     if overlapped is None:
@@ -281,6 +283,25 @@ def stage_times(
         cp_s += count * cp
         ep_s += count * exposed_comm_s(ep_comm, fwd + bwd, overlapped)
     if last:
+        head_fwd_s, head_bwd_s = _output_head_s(model, job, layout, gpu, params, memo)
+        fwd_s += head_fwd_s
+        bwd_s += head_bwd_s
+    return StageTimes(fwd_s, bwd_s, tp_s, cp_s, ep_s)
+
+
+def _output_head_s(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer and loss of one micro-batch on the last stage, and there of
+    the multi-token-prediction modules' heads and projections; through the memo under (tp, cp, micro-batch)."""
+    key = ("output_head", layout.tp, layout.cp, layout.micro_batch)
+    found: tuple[float, float] | None = memo.get(key) if memo is not None else None
+    if found is None:
         tokens = job.seq_len * layout.micro_batch / layout.cp
         gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
         logits = gemm_s(tokens, model.vocab / layout.tp, model.hidden, gemm_rate, gpu, params)
@@ -296,9 +317,13 @@ def stage_times(
         project = 0.0
         if model.mtp_layers:
             project = gemm_s(tokens, model.hidden, 2 * model.hidden / layout.tp, gemm_rate, gpu, params)
-        fwd_s += heads * (logits + loss / 2) + model.mtp_layers * project
-        bwd_s += heads * (2 * logits + loss / 2) + model.mtp_layers * 2 * project
-    return StageTimes(fwd_s, bwd_s, tp_s, cp_s, ep_s)
+        found = (
+            heads * (logits + loss / 2) + model.mtp_layers * project,
+            heads * (2 * logits + loss / 2) + (model.mtp_layers * 2 * project),
+        )
+        if memo is not None:
+            memo[key] = found
+    return found
 
 
 def step_time(
@@ -331,10 +356,18 @@ def step_time(
     # overlap off for it): a forward and a backward exchange per micro-batch on the critical path.
     pp_comm = 0.0
     if p > 1:
-        tokens = job.seq_len * layout.micro_batch / layout.cp
-        msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
-        fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
-        send = comm.p2p_s(msg, links.pp, eff)
+        # the links are the topology's for the layout's rank grids, the message the micro-batch's
+        fkey = ("pp_fill", layout.tp, p, layout.cp, layout.dp, layout.ep, layout.etp, v > 1, layout.micro_batch,
+                layout.sequence_parallel)  # fmt: skip
+        sends: tuple[float, float] | None = memo.get(fkey) if memo is not None else None
+        if sends is None:
+            tokens = job.seq_len * layout.micro_batch / layout.cp
+            msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
+            fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
+            sends = fill, comm.p2p_s(msg, links.pp, eff)
+            if memo is not None:
+                memo[fkey] = sends
+        fill, send = sends
         if v > 1:
             f_chunk, b_chunk = slowest.compute_fwd_s / v, slowest.compute_bwd_s / v
             steady = m * v * (max(0.0, send - f_chunk) + max(0.0, send - b_chunk))
@@ -345,39 +378,35 @@ def step_time(
     # Data parallel, in Megatron's buckets (one collective each; FSDP: one per layer): the dense parameters over
     # dp x cp, the routed experts over expert-DP, both under the same compute.
     dense_param_count = param_count_on_gpu - expert_param_count_on_gpu
-    sets = [(dense_param_count, links.dp_cp)]
-    if expert_param_count_on_gpu:
-        sets.append((expert_param_count_on_gpu, links.edp))
     overlap = params.dp_comm_overlap
-
-    def bucketed(collective: Callable[[float, comm.Link, float, CostParams], float], bytes_per_param: float) -> float:
-        total = 0.0
-        for count, link in sets:
-            bucket = max(params.dp_bucket_param_count, params.dp_bucket_param_count_per_rank * link.size)
-            buckets = max(1, math.ceil(count / bucket))
-            total += buckets * collective(count * bytes_per_param / buckets, link, eff, params)
-        return total
-
-    grad_bytes, weight_bytes = job.grad_bytes_per_param, job.weight_bytes_per_param
-    if layout.sharding == Sharding.fsdp:
+    fsdp = layout.sharding == Sharding.fsdp
+    n = slowest_layers
+    # the collectives' own times: the parameter counts, the rank grids' links and the sharding decide them
+    tkey = ("dp_traffic", layout.sharding, param_count_on_gpu, expert_param_count_on_gpu, n if fsdp else 0,
+            layout.tp, p, layout.cp, layout.dp, layout.ep, layout.etp, v > 1)  # fmt: skip
+    traffic: tuple[float, float] | None = memo.get(tkey) if memo is not None else None
+    if traffic is None:
+        traffic = _dp_traffic(job, layout, links, params, dense_param_count, expert_param_count_on_gpu, n)
+        if memo is not None:
+            memo[tkey] = traffic
+    if fsdp:
         # Per layer, per micro-batch: the next layer's weights are gathered under this layer's compute, forward
         # and backward, and its gradients reduce-scattered under the backward; what a layer's compute cannot
         # cover is exposed, and so are the first gather of each pass and the last reduce-scatter.
-        n = slowest_layers
-        ag = sum(comm.all_gather_s(c * weight_bytes / n, link, eff, params) for c, link in sets)
-        rs = sum(comm.reduce_scatter_s(c * grad_bytes / n, link, eff, params) for c, link in sets)
+        ag, rs = traffic
         fwd_layer, bwd_layer = slowest.compute_fwd_s / n, slowest.compute_bwd_s / n
         per_mb = 2 * ag + rs + (n - 1) * (max(0.0, ag - overlap * fwd_layer) + max(0.0, ag + rs - overlap * bwd_layer))
         dp_comm = m * per_mb
     elif layout.sharding == Sharding.zero2:
-        per_mb = bucketed(comm.reduce_scatter_s, grad_bytes)
+        per_mb, gather = traffic
         dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, bucketed(comm.all_gather_s, weight_bytes) - overlap * slowest.compute_fwd_s)
+        dp_comm += max(0.0, gather - overlap * slowest.compute_fwd_s)
     elif layout.sharding == Sharding.zero1:
-        dp_comm = max(0.0, bucketed(comm.reduce_scatter_s, grad_bytes) - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, bucketed(comm.all_gather_s, weight_bytes) - overlap * slowest.compute_fwd_s)
+        reduce, gather = traffic
+        dp_comm = max(0.0, reduce - overlap * slowest.compute_bwd_s)
+        dp_comm += max(0.0, gather - overlap * slowest.compute_fwd_s)
     else:
-        dp_comm = max(0.0, bucketed(comm.all_reduce_s, grad_bytes) - overlap * slowest.compute_bwd_s)
+        dp_comm = max(0.0, traffic[0] - overlap * slowest.compute_bwd_s)
 
     sharded = layout.sharding != Sharding.none
     local_param_count = dense_param_count / (links.dp_cp.size if sharded else 1)
@@ -400,6 +429,42 @@ def step_time(
     )
 
 
+def _dp_traffic(
+    job: JobSpec,
+    layout: Layout,
+    links: comm.GroupLinks,
+    params: CostParams,
+    dense_param_count: float,
+    expert_param_count: float,
+    layers: int,
+) -> tuple[float, float]:
+    """The data-parallel collectives of one step, before overlap, in Megatron's buckets (one collective each; FSDP:
+    one per layer): the dense parameters over dp x cp, the routed experts over expert-DP. FSDP: (one layer's
+    all-gather, its reduce-scatter); ZeRO-1/2: (the gradients' reduce-scatter, the weights' all-gather); none:
+    (the gradients' all-reduce, 0)."""
+    eff = params.collective_efficiency
+    sets = [(dense_param_count, links.dp_cp)]
+    if expert_param_count:
+        sets.append((expert_param_count, links.edp))
+
+    def bucketed(collective: Callable[[float, comm.Link, float, CostParams], float], bytes_per_param: float) -> float:
+        total = 0.0
+        for count, link in sets:
+            bucket = max(params.dp_bucket_param_count, params.dp_bucket_param_count_per_rank * link.size)
+            buckets = max(1, math.ceil(count / bucket))
+            total += buckets * collective(count * bytes_per_param / buckets, link, eff, params)
+        return total
+
+    grad_bytes, weight_bytes = job.grad_bytes_per_param, job.weight_bytes_per_param
+    if layout.sharding == Sharding.fsdp:
+        ag = sum(comm.all_gather_s(c * weight_bytes / layers, link, eff, params) for c, link in sets)
+        rs = sum(comm.reduce_scatter_s(c * grad_bytes / layers, link, eff, params) for c, link in sets)
+        return ag, rs
+    if layout.sharding in (Sharding.zero1, Sharding.zero2):
+        return bucketed(comm.reduce_scatter_s, grad_bytes), bucketed(comm.all_gather_s, weight_bytes)
+    return bucketed(comm.all_reduce_s, grad_bytes), 0.0
+
+
 def _slowest_stage(
     model: ModelSpec,
     job: JobSpec,
@@ -416,12 +481,28 @@ def _slowest_stage(
            layout.last_stage_layers)  # fmt: skip
     found: tuple[StageTimes, int] | None = memo.get(key) if memo is not None else None
     if found is None:
+        stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r), layers)
+                  for mix, last, r, layers in _stage_shapes(model, layout, memo)]  # fmt: skip
+        found = max(stages, key=lambda stage: stage[0].total_s)
+        if memo is not None:
+            memo[key] = found
+    return found
+
+
+def _stage_shapes(
+    model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None
+) -> list[tuple[tuple[tuple[LayerKind, int], ...], bool, tuple[tuple[LayerKind, int], ...] | None, int]]:
+    """The distinct stages of the layout's split (stages alike cost alike), in a fixed order: (the layers of each
+    kind it holds, whether it is the last, the layers of each kind full recomputation re-runs (None: all), its
+    layer count); through the memo under the split and the recomputed layer count alone."""
+    partial = layout.recompute_layers if layout.recompute == Recompute.full else None
+    key = ("stage_shapes", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers, partial)
+    found = memo.get(key) if memo is not None else None
+    if found is None:
         held = rank_kinds(model.layer_kinds, layout)
         rerun = _recomputed_mixes(model, layout)
-        shapes = {(mix, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}  # stages alike cost alike
-        stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r),
-                   sum(n for _, n in mix)) for mix, last, r in sorted(shapes)]  # fmt: skip
-        found = max(stages, key=lambda stage: stage[0].total_s)
+        shapes = {(mix, i == layout.pp - 1, rerun[i]) for i, mix in enumerate(held)}
+        found = [(mix, last, r, sum(n for _, n in mix)) for mix, last, r in sorted(shapes)]
         if memo is not None:
             memo[key] = found
     return found
@@ -473,26 +554,26 @@ def _stage(
 ) -> StageTimes:
     """A stage holding `mix` layers of each kind, through the memo (`overlapped`, `recomputed` (the layers of each
     kind full recomputation re-runs): see `stage_times`)."""
-    lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
-
-    def times_of(kind: LayerKind) -> LayerTimes:
-        key = (*lkey, kind)
-        lt = memo.get(key) if memo is not None else None
-        if lt is None:
-            lt = layer_times(model, job, layout, gpu, links, params, kind, memo)
-            if memo is not None:
-                memo[key] = lt
-        return lt
-
     if overlapped is None:
         overlapped = overlap_allowed(job, layout)
+    lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
     skey = (*lkey, layout.recompute, overlapped, mix, last, recomputed)
     st = memo.get(skey) if memo is not None else None
     if st is None:
+
+        def times_of(kind: LayerKind) -> LayerTimes:
+            key = (*lkey, kind)
+            lt = memo.get(key) if memo is not None else None
+            if lt is None:
+                lt = layer_times(model, job, layout, gpu, links, params, kind, memo)
+                if memo is not None:
+                    memo[key] = lt
+            return lt
+
         mtp = times_of(mtp_kind(model)) if last and model.mtp_layers else None
         rerun = None if recomputed is None else tuple(dict(recomputed).get(k, 0) for k, _ in mix)
         st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), last, mtp,
-                         overlapped, rerun)  # fmt: skip
+                         overlapped, rerun, memo)  # fmt: skip
         if memo is not None:
             memo[skey] = st
     return st

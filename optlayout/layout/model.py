@@ -99,11 +99,11 @@ class Layout(BaseModel):
     def unchecked(cls, **values: object) -> Layout:
         """A layout built without validation, as pydantic's `model_construct` builds it (the same attributes) at a
         quarter of its cost: for the space, which yields only legal degrees, walked by the hundred thousand."""
-        obj = cls.__new__(cls)
-        object.__setattr__(obj, "__dict__", {**_DEFAULTS, **values})
-        object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-        object.__setattr__(obj, "__pydantic_extra__", None)
-        object.__setattr__(obj, "__pydantic_private__", None)
+        obj = _new(cls)
+        _set_dict(obj, {**_DEFAULTS, **values})
+        _set_fields_set(obj, set(values))
+        _set_extra(obj, None)
+        _set_private(obj, None)
         return obj
 
     @property
@@ -128,6 +128,13 @@ class Layout(BaseModel):
 
 
 _DEFAULTS = {name: info.default for name, info in Layout.model_fields.items()}
+# `unchecked`'s setters, looked up once: the slots' and the instance dict's own descriptors (what
+# `object.__setattr__` finds on each call)
+_new = object.__new__
+_set_dict, _set_fields_set, _set_extra, _set_private = (
+    next(c.__dict__[name] for c in Layout.__mro__ if name in c.__dict__).__set__
+    for name in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+)
 AXES = declared_axes(Layout)
 """Every axis of a layout, in field order."""
 GRID_AXES = tuple(a for a in AXES if a.grid)

@@ -198,7 +198,8 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
     elif not result.ranked:
         if legal:  # the memory of every layout, to say how far the closest one is
             with clock.phase("cost_tables"):
-                least = min(problem.layouts(), key=problem.table.memory_bytes)
+                least = problem.table.least_memory(problem.groups())
+                assert least is not None
                 diagnosis = diagnose_no_fit(problem.table.candidate(least), problem.capacity_bytes, topo.num_gpus)
         else:
             diagnosis = diagnose_empty_space(problem.model, problem.job, topo.num_gpus, topo.domain_size,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from optlayout.cost import (
 )
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import (
+    first_stage_state_bytes,
     memory_floor_bytes,
     memory_per_gpu,
     memory_total_bytes,
@@ -83,7 +85,7 @@ class Candidate:
 
 _IDENTITY = tuple(a.name for a in AXES if a.name != "grad_accum")
 _MODEL_SPLITS = tuple(a.name for a in AXES if a.splits_model)
-_ALL_BUT_MICRO_BATCH = tuple(a.name for a in AXES if a.name != "micro_batch")
+_all_but_micro_batch = operator.attrgetter(*(a.name for a in AXES if a.name != "micro_batch"))
 
 
 def layout_identity(layout: Layout) -> tuple[object, ...]:
@@ -127,13 +129,13 @@ def best_twins(ranked: Iterable[Candidate]) -> list[Candidate]:
     return list(kept.values())
 
 
-_PLACED = tuple(dict.fromkeys(a.name for a in (*GRID_AXES, *EXPERT_GRID_AXES)))
+_placed = operator.attrgetter(*dict.fromkeys(a.name for a in (*GRID_AXES, *EXPERT_GRID_AXES)))
 
 
 def grid_key(layout: Layout) -> tuple[int, ...]:
     """What a layout's group links depend on: the degrees of the rank grids (dense and expert), and whether it
     interleaves (the last stage then also sends to the first, a pipeline boundary of its own)."""
-    return (*(getattr(layout, name) for name in _PLACED), layout.vp > 1)
+    return (*_placed(layout), layout.vp > 1)
 
 
 def state_key(layout: Layout) -> tuple[object, ...]:
@@ -277,7 +279,10 @@ class CostTable:
         layout's layer counts that fit, the fewest is the fastest and the search holds that one alone."""
         if layout.recompute != Recompute.full or layout.recompute_layers is not None:
             return layout
-        largest = max(chunk_layer_counts(stage_split(layout, self.model.layers), layout.vp))
+        lkey = ("largest_chunk", layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers)
+        largest = self._memo.get(lkey)
+        if not isinstance(largest, int):
+            largest = self._memo[lkey] = max(chunk_layer_counts(stage_split(layout, self.model.layers), layout.vp))
         cap = capacity_mib(capacity_bytes)
 
         def fits(n: int) -> bool:
@@ -310,6 +315,41 @@ class CostTable:
         cheapest = group.cheapest_variant()
         return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
+    def group_floors(self, group: LayoutGroup) -> Iterator[float]:
+        """The first-stage memory floor (`memory_floor_bytes`) of each (recomputation, sequence parallelism) variant
+        of the group at its most sharded sharding, the least-memory variants (full recomputation, sequence parallel)
+        first: their least is at most the floor of every layout of the group (each sharding divides more of the
+        floor's training state, and its activations are the same)."""
+        most = _most_sharded(group)
+        for r, sp in reversed(list(group.variants())):
+            yield memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo)
+
+    def group_overflows(self, group: LayoutGroup, cap_mib: int) -> bool:
+        """Whether every layout of the group overflows `cap_mib` at its first stage alone (`group_floors`); tried
+        first on the first stage's training state and the reserve alone at the most sharded sharding (every floor
+        is at least that)."""
+        lay = group.layout(_most_sharded(group), *next(group.variants()))
+        state = first_stage_state_bytes(self.model, self.job, lay, self._memo)
+        if memory_mib(state + self.params.runtime_reserve_bytes) > cap_mib:
+            return True
+        return all(memory_mib(floor) > cap_mib for floor in self.group_floors(group))
+
+    def least_memory(self, groups: Iterable[LayoutGroup]) -> Layout | None:
+        """The first layout of the groups' layouts (in their order) of the least memory per GPU, as
+        `min(layouts, key=self.memory_bytes)` finds it, without the memory of a layout whose first-stage floor is
+        over the least found (nor of any layout of a group whose `group_floors` all are); None for no groups."""
+        best, best_bytes = None, math.inf
+        for group in groups:
+            if all(floor > best_bytes for floor in self.group_floors(group)):
+                continue
+            for lay in group.layouts():
+                if memory_floor_bytes(self.model, self.job, lay, self.params, self._memo) > best_bytes:
+                    continue
+                total = self.memory_bytes(lay)
+                if total < best_bytes:
+                    best, best_bytes = lay, total
+        return best
+
     def group_factor(self, group: LayoutGroup) -> float:
         """The largest robust factor of the group's layouts: it depends on their degrees and sharding only."""
         if self.robust is None:
@@ -332,7 +372,8 @@ class CostTable:
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
-        stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time. Under the
+        stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time, and a group
+        whose every layout's first stage does (`group_overflows`) is skipped whole. Under the
         robust objective each bound is scaled by the largest factor it covers (`bound_factor`, `group_factor`).
         (4) The twin rule (`twin_key`): the k-th best counts twin classes, each at its best; and a recomputing
         layout is skipped once a feasible twin of less recomputation (the same sharding and sequence parallelism)
@@ -366,6 +407,8 @@ class CostTable:
                 threshold = (kth.value() - margin * self.bound_factor) / self.group_factor(group)
                 if bound < threshold:
                     continue
+            if self.group_overflows(group, cap_mib):
+                continue  # no layout of the group fits its first stage alone: none would be evaluated
             state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
             unrecomputed: dict[bool, float] = {}  # per sequence parallelism: the evaluated recompute=none bound
             twin_best: dict[tuple[Sharding, bool], float] = {}  # per sharding and SP: the best feasible twin so far
@@ -399,7 +442,7 @@ class CostTable:
                         if not ok:
                             continue
                     # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
-                    mkey = tuple(getattr(lay, f) for f in _ALL_BUT_MICRO_BATCH)
+                    mkey = _all_but_micro_batch(lay)
                     if lay.micro_batch >= overflow_mb.get(mkey, 1 << 30):
                         continue
                     floor_mib = memory_mib(memory_floor_bytes(self.model, self.job, lay, self.params, self._memo))
@@ -492,6 +535,11 @@ class CostTable:
                     heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, g))
             else:
                 yield -priority, entry
+
+
+def _most_sharded(group: LayoutGroup) -> Sharding:
+    """The group's sharding that divides the most training state (the last of `Sharding`'s order it allows)."""
+    return max(group.shardings, key=_SHARDING_ORDER.__getitem__)
 
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
