@@ -147,15 +147,20 @@ class GroupRanking:
                 break
             i, fitting = index[id(group)], _fitting_choices(group, fits, guesses)
             twin_best: dict[tuple[Sharding, bool], float] = {}  # the best feasible twin so far, less recomputed
+            floors: dict[Variant, float] = {}  # per variant: its step floor's bound, the same for every sharding
             for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
                 lay = group.layout(sharding, recompute, sp)
                 twin_tps = twin_best.get((sharding, sp), -math.inf)
                 # a recomputing layout outranked by its twin (`CostTable.outranked_by_twin`), or surely below both the
-                # floor and the best so far (the stop rule's, of one layout), is not evaluated
-                if recompute != Recompute.none and table.recomputing_bound(lay) < max(
-                    twin_tps, min(floor_tokens_per_s, best) - margin
-                ):
-                    continue
+                # floor and the best so far (the stop rule's, of one layout), is not evaluated: first by the looser
+                # bound of its variant's step floor (`recomputing_floor_tps`), then by its own step time
+                if recompute != Recompute.none:
+                    below = max(twin_tps, min(floor_tokens_per_s, best) - margin)
+                    floor_tps = floors.get((recompute, sp))
+                    if floor_tps is None:
+                        floor_tps = floors[recompute, sp] = table.recomputing_floor_tps(lay)
+                    if table.recomputing_bound(lay, floor_tps) < below or table.recomputing_bound(lay) < below:
+                        continue
                 cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
                 if passes_limits(cand, limits):
                     evaluated.append((i, cand))
