@@ -274,7 +274,6 @@ def _fullest_stage(
 ) -> tuple[float, int, tuple[float, float, float], float, float]:
     """(total bytes, stage, its (weights, gradients, optimizer) bytes, its activation bytes, buffer bytes) of the
     fullest stage, by the same sum `MemoryBreakdown.total_bytes` takes."""
-    per_stage = stage_params_per_stage(model, layout, memo)
     stage_acts = _stage_activations(model, job, layout, params, memo)
     buffers = 0.0
     if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
@@ -284,6 +283,7 @@ def _fullest_stage(
             layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding, partial)  # fmt: skip
     states: list[tuple[float, float, float]] | None = memo.get(skey) if memo is not None else None
     if states is None:
+        per_stage = stage_params_per_stage(model, layout, memo)
         states = [stage_state_bytes(per_stage[stage], job, layout) for stage, _ in stage_acts]
         if memo is not None:
             memo[skey] = states
@@ -359,15 +359,17 @@ def _chunk_bytes(
     """The activation bytes one micro-batch leaves in each of a rank's chunks (`_split_stages`): the layers at the
     layout's per-layer bytes (`per_kind`, the layout's `_per_kind_activation_bytes`), and those kept whole at the
     bytes of no recomputation."""
-    whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
-        kept for _, kept in chunks) else per_kind  # fmt: skip
+    whole: dict[LayerKind, float] | None = None
     out = []
     for held, kept in chunks:  # each part summed as `sum` sums it, from 0 in order, without a generator per chunk
         held_bytes = kept_bytes = 0.0
         for kind, n in held:
             held_bytes += n * per_kind[kind]
-        for kind, n in kept:
-            kept_bytes += n * whole[kind]
+        if kept:
+            if whole is None:
+                whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none)
+            for kind, n in kept:
+                kept_bytes += n * whole[kind]
         out.append(held_bytes + kept_bytes)
     return out
 
