@@ -34,6 +34,7 @@ from optlayout.solver.candidates import (
     throughput_scale,
     twin_in_stead,
     twin_key,
+    variant_bound,
 )
 from optlayout.solver.oracle import rank_problem
 from optlayout.solver.problem import Problem
@@ -95,8 +96,9 @@ class GroupRanking:
         count, and the position and throughput of every layout at or above the floor are exact; the positions below
         it are left out, and so are the throughputs of layouts below the floor. Under the twin rule a recomputing
         layout is not evaluated once a feasible twin of less recomputation surely ranks ahead of it
-        (`CostTable.outranked_by_twin`), nor once its `CostTable.recomputing_bound` falls below both the floor and
-        the best found, as a group's does."""
+        (`CostTable.outranked_by_twin`), nor once its `CostTable.recomputing_bound` (first from its variant's step
+        floor) falls below both the floor and the best found, as a group's does; nor is the rest of a variant once
+        the `variant_bound` of one of its layouts (sharded first) does."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -148,7 +150,13 @@ class GroupRanking:
             i, fitting = index[id(group)], _fitting_choices(group, fits, guesses)
             twin_best: dict[tuple[Sharding, bool], float] = {}  # the best feasible twin so far, less recomputed
             floors: dict[Variant, float] = {}  # per variant: its step floor's bound, the same for every sharding
-            for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
+            below_floor: set[Variant] = set()  # variants whose every sharding is surely below the floor and the best
+            # recompute=none first (the twins' skips need it), in a variant the sharded layouts first (tighter bounds)
+            for sharding, recompute, sp in sorted(
+                fitting, key=lambda c: (_RECOMPUTES.index(c[1]), c[0] == Sharding.none)
+            ):
+                if (recompute, sp) in below_floor:
+                    continue
                 lay = group.layout(sharding, recompute, sp)
                 twin_tps = twin_best.get((sharding, sp), -math.inf)
                 # a recomputing layout outranked by its twin (`CostTable.outranked_by_twin`), or surely below both the
@@ -166,6 +174,14 @@ class GroupRanking:
                     evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
                     twin_best[sharding, sp] = max(twin_tps, cand.cluster_tokens_per_s)
+                # the variant's other shardings rank no higher than its `variant_bound` (full recomputation's layer
+                # count may differ between shardings: those are bounded one by one, above)
+                if (
+                    recompute != Recompute.full
+                    and variant_bound(lay, cand.evaluation.times, problem.job.seq_len) * (table.bound_factor)
+                    < min(floor_tokens_per_s, best) - margin
+                ):
+                    below_floor.add((recompute, sp))
         scale = throughput_scale([cand for _, cand in evaluated])
         # ties in the rank key go by the order of the space, as in the exhaustive ranking
         ranked = best_twins(cand for _, cand in sorted(evaluated, key=lambda ic: (rank_key(ic[1], scale), ic[0])))
@@ -199,6 +215,7 @@ def _batch_ok(group: LayoutGroup, lo: int | None, hi: int | None) -> bool:
 
 
 Variant = tuple[Recompute, bool]  # (recomputation, sequence parallelism)
+_RECOMPUTES = list(Recompute)
 Choice = tuple[Sharding, Recompute, bool]  # what a layout of a group adds to its degrees
 
 
