@@ -274,16 +274,20 @@ def _fullest_stage(
 ) -> tuple[float, int, tuple[float, float, float], float, float]:
     """(total bytes, stage, its (weights, gradients, optimizer) bytes, its activation bytes, buffer bytes) of the
     fullest stage, by the same sum `MemoryBreakdown.total_bytes` takes."""
+    per_stage = stage_params_per_stage(model, layout, memo)
     stage_acts = _stage_activations(model, job, layout, params, memo)
     buffers = 0.0
     if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
-        buffers = _fsdp_buffer_bytes(model, job, layout, params, memo)
+        # unsharded weights of the prefetched layers and their gradients before reduce-scatter
+        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
+        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
+                     for k in set(model.layer_kinds))  # fmt: skip
+        buffers = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
     partial = layout.recompute_layers if layout.recompute == Recompute.full else None  # it moves candidate stages
     skey = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
             layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding, partial)  # fmt: skip
     states: list[tuple[float, float, float]] | None = memo.get(skey) if memo is not None else None
     if states is None:
-        per_stage = stage_params_per_stage(model, layout, memo)
         states = [stage_state_bytes(per_stage[stage], job, layout) for stage, _ in stage_acts]
         if memo is not None:
             memo[skey] = states
@@ -294,23 +298,6 @@ def _fullest_stage(
             best = (total, stage, state, acts, buffers)
     assert best is not None
     return best
-
-
-def _fsdp_buffer_bytes(
-    model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams, memo: dict[tuple[object, ...], Any] | None
-) -> float:
-    """FSDP's unsharded weights of the prefetched layers and their gradients before reduce-scatter, through the memo
-    (they depend on tp and the expert split only)."""
-    key = ("fsdp_buffers", layout.tp, layout.ep, layout.etp)
-    found: float | None = memo.get(key) if memo is not None else None
-    if found is None:
-        moe_layer = expert_params_per_gpu(model, layout, 1) if model.moe is not None else 0.0
-        widest = max(layer_param_count_per_rank(model, layout.tp, k) + (moe_layer if k.moe else 0.0)
-                     for k in set(model.layer_kinds))  # fmt: skip
-        found = params.fsdp_prefetch_layers * widest * (job.weight_bytes_per_param + job.grad_bytes_per_param)
-        if memo is not None:
-            memo[key] = found
-    return found
 
 
 ChunkSplit = tuple[ChunkKinds[LayerKind], ChunkKinds[LayerKind]]  # (layers at the layout's bytes, kept whole)
@@ -359,19 +346,9 @@ def _chunk_bytes(
     """The activation bytes one micro-batch leaves in each of a rank's chunks (`_split_stages`): the layers at the
     layout's per-layer bytes (`per_kind`, the layout's `_per_kind_activation_bytes`), and those kept whole at the
     bytes of no recomputation."""
-    whole: dict[LayerKind, float] | None = None
-    out = []
-    for held, kept in chunks:  # each part summed as `sum` sums it, from 0 in order, without a generator per chunk
-        held_bytes = kept_bytes = 0.0
-        for kind, n in held:
-            held_bytes += n * per_kind[kind]
-        if kept:
-            if whole is None:
-                whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none)
-            for kind, n in kept:
-                kept_bytes += n * whole[kind]
-        out.append(held_bytes + kept_bytes)
-    return out
+    whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
+        kept for _, kept in chunks) else per_kind  # fmt: skip
+    return [sum(n * per_kind[k] for k, n in held) + sum(n * whole[k] for k, n in kept) for held, kept in chunks]
 
 
 def _stage_activations(
