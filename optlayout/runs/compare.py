@@ -27,6 +27,7 @@ from optlayout.solver.candidates import (
     best_twins,
     capacity_mib,
     layout_identity,
+    least_recomputed,
     memory_mib,
     passes_limits,
     peek,
@@ -159,17 +160,22 @@ class GroupRanking:
                     continue
                 lay = group.layout(sharding, recompute, sp)
                 twin_tps = twin_best.get((sharding, sp), -math.inf)
-                # a recomputing layout outranked by its twin (`CostTable.outranked_by_twin`), or surely below both the
-                # floor and the best so far (the stop rule's, of one layout), is not evaluated: first by the looser
-                # bound of its variant's step floor (`recomputing_floor_tps`), then by its own step time
-                if recompute != Recompute.none:
-                    below = max(twin_tps, min(floor_tokens_per_s, best) - margin)
-                    floor_tps = floors.get((recompute, sp))
-                    if floor_tps is None:
-                        floor_tps = floors[recompute, sp] = table.recomputing_floor_tps(lay)
-                    if table.recomputing_bound(lay, floor_tps) < below or table.recomputing_bound(lay) < below:
-                        continue
-                cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
+                # a layout surely below both the floor and the best so far (the stop rule's, of one layout), or a
+                # recomputing one outranked by its twin (`CostTable.outranked_by_twin`), is not evaluated: first by
+                # the looser bound of its variant's step floor (`recomputing_floor_tps`), then by its own step time
+                # at its least recomputation (`recomputing_tps`), which the evaluation takes when it is the layout's
+                below = max(twin_tps, min(floor_tokens_per_s, best) - margin)
+                floor_tps = floors.get((recompute, sp))
+                if floor_tps is None:
+                    floor_tps = floors[recompute, sp] = table.recomputing_floor_tps(lay)
+                if table.recomputing_bound(lay, floor_tps) < below:
+                    continue
+                least = least_recomputed(lay)
+                times = table.times(least)
+                if table.recomputing_bound(lay, least.global_batch * problem.job.seq_len / times.step_time_s) < below:
+                    continue
+                searched = table.fewest_recomputed(lay, cap_bytes)
+                cand = table.candidate(searched, times if searched.recompute_layers == least.recompute_layers else None)
                 if passes_limits(cand, limits):
                     evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
