@@ -173,3 +173,21 @@ def test_the_walks_step_floor_skip_never_skips_what_the_step_time_keeps(model, g
                 checked += 1
                 assert table.recomputing_bound(lay, *floors) >= table.recomputing_bound(lay)
     assert checked > 1000
+
+
+def test_an_evaluation_handed_its_step_time_is_the_evaluation() -> None:
+    """The bounded walk hands `CostTable.candidate` the step time it bounded a layout with: the candidate is the
+    one found without it, figure for figure (full recomputation at its fewest layers among them)."""
+    spec = model_preset("llama3.1-8b")
+    job = JobSpec(seq_len=4096, global_batch=64)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16))
+    table, alone = (CostTable(spec, job, topo.gpu, topo, DEFAULT_PARAMS) for _ in range(2))
+    capacity = 40 * 2**30
+    checked = 0
+    for group in enumerate_groups(spec, job, 16, topo.domain_size, SpaceOptions(max_micro_batch=2, max_vp=2)):
+        for lay in group.layouts():
+            lay = table.fewest_recomputed(lay, capacity)
+            handed = table.candidate(lay, table.times(lay))
+            assert handed.evaluation == alone.candidate(lay).evaluation
+            checked += 1
+    assert checked > 500

@@ -95,11 +95,12 @@ class GroupRanking:
         a node's bound, then its groups' `throughput_bound`) and evaluated until a bound falls below both the floor
         and the best feasible layout found (less two objective units, the rank key's rounding). So the best, the
         count, and the position and throughput of every layout at or above the floor are exact; the positions below
-        it are left out, and so are the throughputs of layouts below the floor. Under the twin rule a recomputing
-        layout is not evaluated once a feasible twin of less recomputation surely ranks ahead of it
-        (`CostTable.outranked_by_twin`), nor once its `CostTable.recomputing_bound` (first from its variant's step
-        floor) falls below both the floor and the best found, as a group's does; nor is the rest of a variant once
-        the `variant_bound` of one of its layouts (sharded first) does."""
+        it are left out, and so are the throughputs of layouts below the floor. A layout is not evaluated once its
+        `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time, which its
+        evaluation then reuses) falls below both the floor and the best found, as a group's does, nor the rest of a
+        variant once the `variant_bound` of one of its layouts (sharded first) does; under the twin rule a
+        recomputing layout is not evaluated either once a feasible twin of less recomputation surely ranks ahead of
+        it (`CostTable.outranked_by_twin`)."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -163,7 +164,7 @@ class GroupRanking:
                 # a layout surely below both the floor and the best so far (the stop rule's, of one layout), or a
                 # recomputing one outranked by its twin (`CostTable.outranked_by_twin`), is not evaluated: first by
                 # the looser bound of its variant's step floor (`recomputing_floor_tps`), then by its own step time
-                # at its least recomputation (`recomputing_tps`), which the evaluation takes when it is the layout's
+                # at its least recomputation (`recomputing_tps`), which its evaluation takes when it is the layout's
                 below = max(twin_tps, min(floor_tokens_per_s, best) - margin)
                 floor_tps = floors.get((recompute, sp))
                 if floor_tps is None:
