@@ -316,10 +316,11 @@ def _twin_probes(
     recomputes: tuple[Recompute, ...], sequence_parallel: tuple[bool, ...]
 ) -> tuple[tuple[bool, tuple[Recompute, ...]], ...]:
     """What `_fitting_twins` probes: per sequence parallelism (without it first) the recomputations whose variant no
-    other of the same sequence parallelism holds no more than (`holds_no_less`)."""
+    other of the same sequence parallelism holds no more than (`holds_no_less`), full recomputation first (it mostly
+    holds the least, and where it fits from the chain's start the others need no probe)."""
     variants = tuple(itertools.product(recomputes, sequence_parallel))
     kept = [v for v in variants if not any(w != v and w[1] == v[1] and holds_no_less(v, w) for w in variants)]
-    return tuple((sp, tuple(r for r, s in kept if s == sp)) for sp in sorted({sp for _, sp in kept}))
+    return tuple((sp, tuple(r for r, s in reversed(kept) if s == sp)) for sp in sorted({sp for _, sp in kept}))
 
 
 def _fitting_twins(
