@@ -185,7 +185,7 @@ class GroupRanking:
                 # count may differ between shardings: those are bounded one by one, above)
                 if (
                     recompute != Recompute.full
-                    and variant_bound(lay, cand.evaluation.times, problem.job.seq_len) * (table.bound_factor)
+                    and variant_bound(lay, cand.evaluation.times, problem.job.seq_len) * table.bound_factor
                     < min(floor_tokens_per_s, best) - margin
                 ):
                     below_floor.add((recompute, sp))
@@ -320,7 +320,8 @@ def _twin_probes(
     holds the least, and where it fits from the chain's start the others need no probe)."""
     variants = tuple(itertools.product(recomputes, sequence_parallel))
     kept = [v for v in variants if not any(w != v and w[1] == v[1] and holds_no_less(v, w) for w in variants)]
-    return tuple((sp, tuple(r for r, s in reversed(kept) if s == sp)) for sp in sorted({sp for _, sp in kept}))
+    first_full = sorted(kept, key=lambda v: v[0] != Recompute.full)
+    return tuple((sp, tuple(r for r, s in first_full if s == sp)) for sp in sorted({sp for _, sp in kept}))
 
 
 def _fitting_twins(
