@@ -27,7 +27,7 @@ from optlayout.runs.uncertainty import LayoutUncertainty
 from optlayout.solver.candidates import CostTable, layout_identity, memory_mib
 from optlayout.solver.oracle import rank_problem
 from optlayout.solver.space import SpaceOptions, enumerate_groups
-from optlayout.specs import ClusterSpec, JobSpec
+from optlayout.specs import ClusterSpec, JobSpec, Recompute
 from optlayout.topology import topology_from_cluster
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"
@@ -145,3 +145,49 @@ def test_the_counts_probes_find_every_fitting_layout(capacity_gib) -> None:
         assert _fitting_twins(group, fits, twin_guesses) == {(s, sp) for s, _, sp in every}
         seen.add(bool(every))
     assert seen == {True, False}  # the capacity leaves some groups with no fitting layout, and some with one
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "job"),
+    [
+        ("llama3.1-8b", 16, JobSpec(seq_len=4096, global_batch=64)),
+        ("qwen3-30b-a3b", 16, JobSpec(seq_len=4096, global_batch=64, precision="fp8")),
+    ],
+)
+def test_the_walks_step_floor_skip_never_skips_what_the_step_time_keeps(model, gpus, job) -> None:
+    """The bounded walk first bounds a recomputing layout by its variant's step floor (`recomputing_floor_tps`, from
+    whichever sharding it meets first) and only then by its own step time: the floor is the same for every sharding
+    and never below the step time's bound, so the looser test skips only layouts the exact one skips."""
+    spec = model_preset(model)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=gpus))
+    table = CostTable(spec, job, topo.gpu, topo, DEFAULT_PARAMS)
+    checked = 0
+    for group in enumerate_groups(spec, job, gpus, topo.domain_size, SpaceOptions(all_grad_accum=True)):
+        for recompute, sp in group.variants():
+            if recompute == Recompute.none:
+                continue
+            layouts = [group.layout(s, recompute, sp) for s in group.shardings]
+            floors = {table.recomputing_floor_tps(lay) for lay in layouts}
+            assert len(floors) == 1
+            for lay in layouts:
+                checked += 1
+                assert table.recomputing_bound(lay, *floors) >= table.recomputing_bound(lay)
+    assert checked > 1000
+
+
+def test_an_evaluation_handed_its_step_time_is_the_evaluation() -> None:
+    """The bounded walk hands `CostTable.candidate` the step time it bounded a layout with: the candidate is the
+    one found without it, figure for figure (full recomputation at its fewest layers among them)."""
+    spec = model_preset("llama3.1-8b")
+    job = JobSpec(seq_len=4096, global_batch=64)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16))
+    table, alone = (CostTable(spec, job, topo.gpu, topo, DEFAULT_PARAMS) for _ in range(2))
+    capacity = 40 * 2**30
+    checked = 0
+    for group in enumerate_groups(spec, job, 16, topo.domain_size, SpaceOptions(max_micro_batch=2, max_vp=2)):
+        for lay in group.layouts():
+            lay = table.fewest_recomputed(lay, capacity)
+            handed = table.candidate(lay, table.times(lay))
+            assert handed.evaluation == alone.candidate(lay).evaluation
+            checked += 1
+    assert checked > 500

@@ -146,3 +146,25 @@ def test_full_recompute_peak_holds_one_layer_being_recomputed() -> None:
     inputs = 8 * 2 * 1024 * 1024
     embedding_out, logits = 2 * 1024 * 1024, 4 * 1024 * 32000
     assert mem.activations_bytes == pytest.approx(inputs + one_layer + embedding_out + logits)
+
+
+@pytest.mark.parametrize(("model", "gpus"), [("llama3.1-8b", 16), ("qwen3-30b-a3b", 16)])
+def test_memory_through_a_shared_memo_is_the_memory_of_each_layout_alone(model, gpus) -> None:
+    """Every layout of a space (FSDP's prefetch buffers, interleaved chunks, partial recomputation among them): the
+    breakdown through one memo shared by the whole space, and the total alone, are those computed without a memo."""
+    from optlayout.cost.memory import memory_total_bytes
+    from optlayout.presets import model_preset
+    from optlayout.solver.space import SpaceOptions, enumerate_layouts
+    from optlayout.specs import Recompute
+
+    spec, job = model_preset(model), JobSpec(seq_len=4096, global_batch=64)
+    memo: dict[tuple[object, ...], object] = {}
+    kinds = set()
+    for lay in enumerate_layouts(spec, job, gpus, 8, SpaceOptions(max_micro_batch=2, max_vp=2)):
+        if lay.recompute == Recompute.full and lay.vp == 1 and lay.pp > 1:
+            lay = lay.model_copy(update={"recompute_layers": 1})
+        alone = memory_per_gpu(spec, job, lay, DEFAULT_PARAMS)
+        assert memory_per_gpu(spec, job, lay, DEFAULT_PARAMS, memo) == alone
+        assert memory_total_bytes(spec, job, lay, DEFAULT_PARAMS, memo) == alone.total_bytes
+        kinds.add((lay.sharding, lay.recompute, lay.vp > 1, alone.buffers_bytes > 0))
+    assert len(kinds) >= 12

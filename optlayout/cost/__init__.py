@@ -113,11 +113,14 @@ def evaluate(
     params: CostParams = DEFAULT_PARAMS,
     links: GroupLinks | None = None,
     memo: dict[tuple[object, ...], Any] | None = None,
+    times: TimeBreakdown | None = None,
 ) -> Evaluation:
-    """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`)."""
+    """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`); `times`, the
+    layout's own `step_time` when the caller has it already (the same figures, not computed again)."""
     links = links or group_links(topology, layout)
     mem = memory_per_gpu(model, job, layout, params, memo)
-    most, experts = mem.most_params
-    times = step_time(model, job, layout, gpu, links, params, most, memo, experts)
+    if times is None:
+        most, experts = mem.most_params
+        times = step_time(model, job, layout, gpu, links, params, most, memo, experts)
     tps = layout.global_batch * job.seq_len / times.step_time_s / layout.gpus
     return Evaluation(layout, mem, times, tps, usable_memory_bytes(gpu.memory_bytes, job))

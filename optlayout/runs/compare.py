@@ -27,6 +27,7 @@ from optlayout.solver.candidates import (
     best_twins,
     capacity_mib,
     layout_identity,
+    least_recomputed,
     memory_mib,
     passes_limits,
     peek,
@@ -34,6 +35,7 @@ from optlayout.solver.candidates import (
     throughput_scale,
     twin_in_stead,
     twin_key,
+    variant_bound,
 )
 from optlayout.solver.oracle import rank_problem
 from optlayout.solver.problem import Problem
@@ -93,10 +95,12 @@ class GroupRanking:
         a node's bound, then its groups' `throughput_bound`) and evaluated until a bound falls below both the floor
         and the best feasible layout found (less two objective units, the rank key's rounding). So the best, the
         count, and the position and throughput of every layout at or above the floor are exact; the positions below
-        it are left out, and so are the throughputs of layouts below the floor. Under the twin rule a recomputing
-        layout is not evaluated once a feasible twin of less recomputation surely ranks ahead of it
-        (`CostTable.outranked_by_twin`), nor once its `CostTable.recomputing_bound` falls below both the floor and
-        the best found, as a group's does."""
+        it are left out, and so are the throughputs of layouts below the floor. A layout is not evaluated once its
+        `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time, which its
+        evaluation then reuses) falls below both the floor and the best found, as a group's does, nor the rest of a
+        variant once the `variant_bound` of one of its layouts (sharded first) does; under the twin rule a
+        recomputing layout is not evaluated either once a feasible twin of less recomputation surely ranks ahead of
+        it (`CostTable.outranked_by_twin`)."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -147,20 +151,44 @@ class GroupRanking:
                 break
             i, fitting = index[id(group)], _fitting_choices(group, fits, guesses)
             twin_best: dict[tuple[Sharding, bool], float] = {}  # the best feasible twin so far, less recomputed
-            for sharding, recompute, sp in sorted(fitting, key=lambda c: list(Recompute).index(c[1])):
+            floors: dict[Variant, float] = {}  # per variant: its step floor's bound, the same for every sharding
+            below_floor: set[Variant] = set()  # variants whose every sharding is surely below the floor and the best
+            # recompute=none first (the twins' skips need it), in a variant the sharded layouts first (tighter bounds)
+            for sharding, recompute, sp in sorted(
+                fitting, key=lambda c: (_RECOMPUTES.index(c[1]), c[0] == Sharding.none)
+            ):
+                if (recompute, sp) in below_floor:
+                    continue
                 lay = group.layout(sharding, recompute, sp)
                 twin_tps = twin_best.get((sharding, sp), -math.inf)
-                # a recomputing layout outranked by its twin (`CostTable.outranked_by_twin`), or surely below both the
-                # floor and the best so far (the stop rule's, of one layout), is not evaluated
-                if recompute != Recompute.none and table.recomputing_bound(lay) < max(
-                    twin_tps, min(floor_tokens_per_s, best) - margin
-                ):
+                # a layout surely below both the floor and the best so far (the stop rule's, of one layout), or a
+                # recomputing one outranked by its twin (`CostTable.outranked_by_twin`), is not evaluated: first by
+                # the looser bound of its variant's step floor (`recomputing_floor_tps`), then by its own step time
+                # at its least recomputation (`recomputing_tps`), which its evaluation takes when it is the layout's
+                below = max(twin_tps, min(floor_tokens_per_s, best) - margin)
+                floor_tps = floors.get((recompute, sp))
+                if floor_tps is None:
+                    floor_tps = floors[recompute, sp] = table.recomputing_floor_tps(lay)
+                if table.recomputing_bound(lay, floor_tps) < below:
                     continue
-                cand = table.candidate(table.fewest_recomputed(lay, cap_bytes))
+                least = least_recomputed(lay)
+                times = table.times(least)
+                if table.recomputing_bound(lay, least.global_batch * problem.job.seq_len / times.step_time_s) < below:
+                    continue
+                searched = table.fewest_recomputed(lay, cap_bytes)
+                cand = table.candidate(searched, times if searched.recompute_layers == least.recompute_layers else None)
                 if passes_limits(cand, limits):
                     evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
                     twin_best[sharding, sp] = max(twin_tps, cand.cluster_tokens_per_s)
+                # the variant's other shardings rank no higher than its `variant_bound` (full recomputation's layer
+                # count may differ between shardings: those are bounded one by one, above)
+                if (
+                    recompute != Recompute.full
+                    and variant_bound(lay, cand.evaluation.times, problem.job.seq_len) * table.bound_factor
+                    < min(floor_tokens_per_s, best) - margin
+                ):
+                    below_floor.add((recompute, sp))
         scale = throughput_scale([cand for _, cand in evaluated])
         # ties in the rank key go by the order of the space, as in the exhaustive ranking
         ranked = best_twins(cand for _, cand in sorted(evaluated, key=lambda ic: (rank_key(ic[1], scale), ic[0])))
@@ -194,6 +222,7 @@ def _batch_ok(group: LayoutGroup, lo: int | None, hi: int | None) -> bool:
 
 
 Variant = tuple[Recompute, bool]  # (recomputation, sequence parallelism)
+_RECOMPUTES = list(Recompute)
 Choice = tuple[Sharding, Recompute, bool]  # what a layout of a group adds to its degrees
 
 
@@ -287,10 +316,12 @@ def _twin_probes(
     recomputes: tuple[Recompute, ...], sequence_parallel: tuple[bool, ...]
 ) -> tuple[tuple[bool, tuple[Recompute, ...]], ...]:
     """What `_fitting_twins` probes: per sequence parallelism (without it first) the recomputations whose variant no
-    other of the same sequence parallelism holds no more than (`holds_no_less`)."""
+    other of the same sequence parallelism holds no more than (`holds_no_less`), full recomputation first (it mostly
+    holds the least, and where it fits from the chain's start the others need no probe)."""
     variants = tuple(itertools.product(recomputes, sequence_parallel))
     kept = [v for v in variants if not any(w != v and w[1] == v[1] and holds_no_less(v, w) for w in variants)]
-    return tuple((sp, tuple(r for r, s in kept if s == sp)) for sp in sorted({sp for _, sp in kept}))
+    first_full = sorted(kept, key=lambda v: v[0] != Recompute.full)
+    return tuple((sp, tuple(r for r, s in first_full if s == sp)) for sp in sorted({sp for _, sp in kept}))
 
 
 def _fitting_twins(

@@ -232,10 +232,11 @@ class CostTable:
             links = self._links[key] = group_links(self.topology, layout)
         return links
 
-    def candidate(self, layout: Layout) -> Candidate:
+    def candidate(self, layout: Layout, times: TimeBreakdown | None = None) -> Candidate:
+        """The layout evaluated; `times`: its `times(layout)`, when already found (not computed again)."""
         started = time.perf_counter()
         links = self.links(layout)
-        ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo)
+        ev = evaluate(self.model, self.job, layout, self.gpu, self.topology, self.params, links, self._memo, times)
         ckpt = self.goodput.estimate(layout) if self.goodput is not None else None
         factor = self.factor(layout)
         self.cost_s += time.perf_counter() - started
