@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from optlayout.emit.torchtitan import FLOAT8_DEFAULT_RECIPE
 from optlayout.errors import OptlayoutError
 from optlayout.layout.stages import chunk_layer_counts, stage_layer_counts
 from tests.conftest import FIXTURES, require, torchtitan_022_dir
@@ -256,6 +257,9 @@ def test_torchtitan_030_config_manager_and_parallel_dims(plan, tmp_path, monkeyp
     with torch.device("meta"):
         model = model_cfg.build()
     assert sum(p.numel() for p in model.parameters()) == plan.spec.param_count  # the flavor is the plan's model
+    if plan.precision == "fp8":  # the converter runs the recipe the emitted notes name (FLOAT8_DEFAULT_RECIPE)
+        assert "recipe_name" not in text and float8.Float8LinearConverter.Config().recipe_name == "rowwise"
+        assert f"torchao's {FLOAT8_DEFAULT_RECIPE['0.3.0']} recipe" in text
     if lay.pp > 1:
         _check_stages(plan, par, pdims, model_cfg, model)
 
@@ -386,6 +390,7 @@ _TT022 = textwrap.dedent(
             "pp_mb": p.pipeline_parallel_microbatch_size, "ac": cfg.activation_checkpoint.mode,
             "layers_per_part": [sum(n.startswith("layers.") for n in part) for part in parts],
             "ddp_beside_others": ddp_beside_others, "converters": cfg.model.converters, "wrapped": wrapped,
+            "float8_recipe": cfg.quantize.linear.float8.recipe_name,
         }
     print(json.dumps(out))
     """
@@ -421,6 +426,9 @@ def test_torchtitan_022_config_manager_parallel_dims_and_model(tmp_path):
         # the blocks torchtitan checkpoints: every one, none, or the plan's N a chunk (per part where it lists them)
         assert got["wrapped"] == rerun if got["layers_per_part"] else sum(got["wrapped"]) == sum(rerun)
         assert got["converters"] == (["quantize.linear.float8"] if plan.precision == "fp8" else [])
+        assert (
+            got["float8_recipe"] is None
+        )  # torchao's per-tensor default, as the emitted notes say (FLOAT8_DEFAULT_RECIPE)
         if lay.pp > 1:
             assert got["local"] // got["pp_mb"] == lay.grad_accum
         if got["layers_per_part"]:

@@ -293,6 +293,11 @@ def module_fqns(counts: list[int], vp: int = 1, output: str = "output") -> list[
     return stages
 
 
+FLOAT8_DEFAULT_RECIPE = {"0.2.2": "tensorwise (dynamic per-tensor scales)", "0.3.0": "rowwise"}
+"""The float8 converter's recipe when none is named: v0.2.2 `recipe_name = None` (torchao's default
+Float8LinearConfig, per-tensor), 0.3.0 `recipe_name = "rowwise"` (it offers rowwise and rowwise_with_gw_hp only)."""
+
+
 def torchtitan_notes(
     model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: int = 8, version: str = CURRENT_TORCHTITAN
 ) -> list[str]:
@@ -344,6 +349,10 @@ def torchtitan_notes(
             f"recompute_layers={layout.recompute_layers}: layer-level selective AC checkpoints every {k}-th block of "
             "each model chunk, as many as Megatron's block method (the same memory and recompute)"
         )
+    if job.precision == "fp8":
+        recipe = FLOAT8_DEFAULT_RECIPE[version]
+        notes.append(f"fp8: torchtitan {version}'s float8 converter runs torchao's {recipe} recipe, its default; "
+                     "the plan prices FP8 casts alike for every recipe")  # fmt: skip
     if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
         notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")
     return notes
