@@ -96,9 +96,10 @@ class GroupRanking:
         and the best feasible layout found (less two objective units, the rank key's rounding). So the best, the
         count, and the position and throughput of every layout at or above the floor are exact; the positions below
         it are left out, and so are the throughputs of layouts below the floor. A layout is not evaluated once its
-        `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time, which its
-        evaluation then reuses) falls below both the floor and the best found, as a group's does, nor the rest of a
-        variant once the `variant_bound` of one of its layouts (sharded first) does; under the twin rule a
+        `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time, and with full
+        recomputation again at the fewest layers that fit, `CostTable.fewest_recomputed`; its evaluation reuses the
+        last) falls below both the floor and the best found, as a group's does, nor the rest of a variant once the
+        `variant_bound` of one of its layouts (sharded first) does; under the twin rule a
         recomputing layout is not evaluated either once a feasible twin of less recomputation surely ranks ahead of
         it (`CostTable.outranked_by_twin`)."""
         table, limits = problem.table, problem.limits
@@ -175,8 +176,15 @@ class GroupRanking:
                 times = table.times(least)
                 if table.recomputing_bound(lay, least.global_batch * problem.job.seq_len / times.step_time_s) < below:
                     continue
+                # full recomputation of more layers than the least (the fewest that fit) is bounded again, by its own
+                # step time, which its evaluation then reuses
                 searched = table.fewest_recomputed(lay, cap_bytes)
-                cand = table.candidate(searched, times if searched.recompute_layers == least.recompute_layers else None)
+                if searched.recompute_layers != least.recompute_layers:
+                    times = table.times(searched)
+                    searched_tps = searched.global_batch * problem.job.seq_len / times.step_time_s
+                    if table.recomputing_bound(searched, searched_tps) < below:
+                        continue
+                cand = table.candidate(searched, times)
                 if passes_limits(cand, limits):
                     evaluated.append((i, cand))
                     best = max(best, cand.cluster_tokens_per_s)
