@@ -45,7 +45,7 @@ def explain_layout(
     params: CostParams = DEFAULT_PARAMS,
 ) -> dict[str, Any]:
     """Where `layout` ranks among all feasible layouts, and the cost terms it loses on against the best."""
-    from optlayout.solver.candidates import twin_in_stead, twin_key
+    from optlayout.solver.candidates import ranked_twin, twin_in_stead
     from optlayout.solver.explain import term_deltas
     from optlayout.solver.oracle import rank_problem
 
@@ -65,9 +65,7 @@ def explain_layout(
         position = 1 + sum(c.cluster_tokens_per_s > mine.cluster_tokens_per_s for c in ranking)
     # its twin ranked in its stead at no lower throughput (as compare's `twin_ahead`); not the layout itself, ranked
     # at its best accumulation, nor a slower twin ranked because the layout is over memory
-    mine_twins = twin_key(layout)
-    ranked_twin = next(((c.layout, c.cluster_tokens_per_s) for c in ranking if twin_key(c.layout) == mine_twins), None)
-    twin = twin_in_stead(layout, mine.cluster_tokens_per_s, ranked_twin)
+    twin = twin_in_stead(layout, mine.cluster_tokens_per_s, ranked_twin(ranking, layout))
     deltas = term_deltas(layout, mine.prediction, best.layout, best.prediction, job)
     return {
         "layout": layout.short(),

@@ -26,6 +26,7 @@ from optlayout.solver.candidates import (
     layout_identity,
     passes_limits,
     rank_key,
+    ranked_twin,
     throughput_scale,
     twin_in_stead,
     twin_key,
@@ -148,9 +149,7 @@ def recipe_agreement(
     scale = throughput_scale(feasible)
     ranking = best_twins(sorted(feasible, key=lambda c: rank_key(c, scale)))
     identities = [layout_identity(c.layout) for c in ranking]
-    mine_twins = twin_key(published.layout)
-    ranked_twin = next(((c.layout, c.cluster_tokens_per_s) for c in ranking if twin_key(c.layout) == mine_twins), None)
-    twin_ahead = twin_in_stead(published.layout, target, ranked_twin)
+    twin_ahead = twin_in_stead(published.layout, target, ranked_twin(ranking, published.layout))
     if max_rank is not None and len(ahead) >= max_rank:
         rank = max_rank + 1
     elif mine in identities:

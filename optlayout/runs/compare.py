@@ -26,6 +26,7 @@ from optlayout.solver.candidates import (
     Candidate,
     best_twins,
     capacity_mib,
+    cluster_tokens_per_s,
     layout_identity,
     least_recomputed,
     memory_mib,
@@ -174,14 +175,17 @@ class GroupRanking:
                     continue
                 least = least_recomputed(lay)
                 times = table.times(least)
-                if table.recomputing_bound(lay, least.global_batch * problem.job.seq_len / times.step_time_s) < below:
+                if (
+                    table.recomputing_bound(lay, cluster_tokens_per_s(least, problem.job.seq_len, times.step_time_s))
+                    < below
+                ):
                     continue
                 # full recomputation of more layers than the least (the fewest that fit) is bounded again, by its own
                 # step time, which its evaluation then reuses
                 searched = table.fewest_recomputed(lay, cap_bytes)
                 if searched.recompute_layers != least.recompute_layers:
                     times = table.times(searched)
-                    searched_tps = searched.global_batch * problem.job.seq_len / times.step_time_s
+                    searched_tps = cluster_tokens_per_s(searched, problem.job.seq_len, times.step_time_s)
                     if table.recomputing_bound(searched, searched_tps) < below:
                         continue
                 cand = table.candidate(searched, times)

@@ -120,6 +120,17 @@ def twin_in_stead(layout: Layout, tokens_per_s: float, ranked_twin: tuple[Layout
     return twin if layout_identity(twin) != layout_identity(layout) and twin_tps >= tokens_per_s else None
 
 
+def ranked_twin(ranking: Iterable[Candidate], layout: Layout) -> tuple[Layout, float] | None:
+    """The layout of `ranking` in `layout`'s twin class (`twin_key`) and its cluster tokens/s; None if none is."""
+    mine = twin_key(layout)
+    return next(((c.layout, c.cluster_tokens_per_s) for c in ranking if twin_key(c.layout) == mine), None)
+
+
+def cluster_tokens_per_s(layout: Layout, seq_len: int, step_s: float) -> float:
+    """The cluster's tokens/s of `layout` at a step of `step_s` seconds."""
+    return layout.global_batch * seq_len / step_s
+
+
 def best_twins(ranked: Iterable[Candidate]) -> list[Candidate]:
     """The feasible candidates `ranked` (best first by `rank_key`) under the twin rule (`twin_key`): each twin
     class's first, at its best accumulation; what every ranking of the space lists."""
@@ -481,14 +492,14 @@ class CostTable:
         started_s = time.perf_counter()
         floor_s = step_floor_s(self.model, self.job, layout, self.gpu, self.links(layout), self.params, self._memo)
         self.cost_s += time.perf_counter() - started_s
-        return layout.global_batch * self.job.seq_len / floor_s
+        return cluster_tokens_per_s(layout, self.job.seq_len, floor_s)
 
     def recomputing_tps(self, layout: Layout) -> float:
         """An upper bound on the cluster tokens/s of the recomputing layout as the search takes it, before the
         robust factor and goodput: its own; with full recomputation of no set layer count, at one layer (more never
         run faster, `fewest_recomputed`)."""
         layout = least_recomputed(layout)
-        return layout.global_batch * self.job.seq_len / self.times(layout).step_time_s
+        return cluster_tokens_per_s(layout, self.job.seq_len, self.times(layout).step_time_s)
 
     def recomputing_bound(self, layout: Layout, bound_tps: float | None = None) -> float:
         """An upper bound on the cluster tokens/s of the recomputing layout as ranked, whatever its layer count:
@@ -573,7 +584,7 @@ def variant_bound(lay: Layout, t: TimeBreakdown, seq_len: int) -> float:
     floor_s = t.compute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.bubble_s + t.pp_comm_s + t.overhead_s
     if lay.sharding != Sharding.none or lay.dp * lay.cp == 1:
         floor_s += t.optimizer_s
-    return lay.global_batch * seq_len / floor_s
+    return cluster_tokens_per_s(lay, seq_len, floor_s)
 
 
 class _KthBest:
