@@ -7,9 +7,9 @@ Validation messages name the field; SI units inside (bytes, FLOP/s, bytes/s, sec
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from optlayout.errors import UnsupportedError
 from optlayout.inputs import limits
@@ -18,17 +18,41 @@ from optlayout.inputs.numbers import Count, NonNegativeCount, Real
 from optlayout.layout.model import Layout, Recompute, Sharding
 from optlayout.model import AttentionSpec, LayerKind, MoeSpec
 
-__all__ = ["ClusterSpec", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding"]
+__all__ = ["ClusterSpec", "Fp8Recipe", "GpuSpec", "JobSpec", "Layout", "ModelSpec", "Recompute", "Sharding"]
 
 MlpKind = Literal["swiglu", "gelu", "relu2"]
 NormKind = Literal["rmsnorm", "layernorm"]
 Precision = Literal["bf16", "fp16", "fp8"]
+Fp8Recipe = Literal["tensorwise", "rowwise", "blockwise", "mxfp8"]
+"""FP8 scaling: tensorwise (one scale per tensor, delayed or current), rowwise (one per row, torchao), blockwise
+(1x128 activation and 128x128 weight tiles, DeepSeek-V3), mxfp8 (32-element microscaling blocks, Blackwell)."""
+FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
+PRICED_FP8_RECIPE: Fp8Recipe = "tensorwise"
+"""The recipe the calibrated FP8 constants stand for: per-tensor scaling, that of most FP8 calibration runs (stated,
+or their framework's default: Megatron-LM/NeMo delayed, Megatron-Bridge current). The cost model prices every
+recipe as this one."""
 GpuArch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "other"]
 AttentionKernel = Literal["flash", "flash2", "naive"]
 Optimizer = Literal["adam", "muon"]
 MoeRouting = Literal["balanced"]
 MoeDispatcher = Literal["alltoall", "flex"]
 HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
+
+
+def recipe_needs_fp8(recipe: str | None, info: ValidationInfo) -> str | None:
+    """An FP8 recipe goes with precision fp8 only (a field validator's check; precision is validated first)."""
+    precision = info.data.get("precision")
+    if recipe is not None and precision is not None and precision != "fp8":
+        raise ValueError(f"needs precision fp8 (precision is {precision})")
+    return recipe
+
+
+def fp8_pricing_note(recipe: str | None) -> str | None:
+    """What a user must know of a recipe other than the priced one: the cost model does not tell them apart
+    (benchmarks/RESULTS.md, FP8 recipes)."""
+    if recipe is None or recipe == PRICED_FP8_RECIPE:
+        return None
+    return f"fp8_recipe {recipe}: the cost model prices all FP8 recipes alike (as {PRICED_FP8_RECIPE}), see RESULTS"
 
 
 class _Spec(BaseModel):
@@ -419,6 +443,11 @@ class JobSpec(_Spec):
     min_global_batch: Count | None = Field(None, le=limits.MAX_GLOBAL_BATCH)
     max_global_batch: Count | None = Field(None, le=limits.MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
+    fp8_recipe: Fp8Recipe | None = Field(
+        None,
+        description="FP8 scaling, precision fp8 only: tensorwise | rowwise | blockwise | mxfp8 (Fp8Recipe); None: "
+        "not stated (the launcher's default). Recorded and emitted; the cost model prices every recipe alike",
+    )
     optimizer: Optimizer = Field("adam", description="adam: two moments; muon: one momentum buffer")
     optimizer_bytes_per_param: Real = Field(
         12.0,
@@ -461,6 +490,8 @@ class JobSpec(_Spec):
             return data | {"optimizer_bytes_per_param": 8.0}
         return data
 
+    _recipe_needs_fp8 = field_validator("fp8_recipe")(recipe_needs_fp8)
+
     @model_validator(mode="after")
     def _check_batch(self) -> JobSpec:
         if self.global_batch is not None and self.global_batch_tokens is not None:
@@ -473,6 +504,11 @@ class JobSpec(_Spec):
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"min_global_batch ({lo}) exceeds max_global_batch ({hi})")
         return self
+
+    @property
+    def numerics(self) -> str:
+        """The precision as shown: `bf16`, or `fp8 (mxfp8)` with a stated FP8 recipe."""
+        return f"{self.precision} ({self.fp8_recipe})" if self.fp8_recipe else self.precision
 
     @property
     def state_bytes_per_param(self) -> float:

@@ -18,6 +18,7 @@ class Plan:
     layout: str
     seq_len: int = 8192
     precision: str = "bf16"
+    fp8_recipe: str | None = None
     grad_bytes: float = 2.0
     refused: dict[str, str] = field(default_factory=dict)  # launcher format -> part of its refusal
 
@@ -27,7 +28,8 @@ class Plan:
 
     @property
     def job(self) -> JobSpec:
-        return JobSpec(seq_len=self.seq_len, precision=self.precision, grad_bytes_per_param=self.grad_bytes)
+        return JobSpec(seq_len=self.seq_len, precision=self.precision, fp8_recipe=self.fp8_recipe,
+                       grad_bytes_per_param=self.grad_bytes)  # fmt: skip
 
     @property
     def lay(self) -> Layout:
@@ -90,6 +92,43 @@ PLANS = (
         "tp=8,pp=2,dp=4,ga=8,sharding=zero1,recompute=selective,sp",
         precision="fp8",
         refused={"accelerate": _NO_PP, "deepspeed": _DS_PP_TP},
+    ),
+    Plan(  # the FP8 recipes: rowwise is torchao's only, blockwise Transformer Engine's only, mxfp8 both
+        "8b-fp8-rowwise-fsdp",
+        "llama3.1-8b",
+        "tp=1,pp=1,dp=8,ga=4,sharding=fsdp",
+        precision="fp8",
+        fp8_recipe="rowwise",
+        refused={
+            "megatron": "fp8_recipe rowwise has no Megatron --fp8-recipe",
+            "megatron-bridge": "names its mixed precision 'bf16_mixed'",
+            "deepspeed": "precision fp8 (rowwise) has no DeepSpeed config key",
+            "accelerate": "precision fp8 (rowwise) needs an fp8_config",
+        },
+    ),
+    Plan(
+        "70b-fp8-blockwise-tp4-pp2",
+        "llama3.1-70b",
+        "tp=4,pp=2,dp=8,ga=8,sharding=zero1,recompute=full",
+        precision="fp8",
+        fp8_recipe="blockwise",
+        refused={
+            "torchtitan@0.2.2": "no 1x128/128x128 blockwise recipe",
+            "torchtitan@0.3.0": "no 1x128/128x128 blockwise recipe",
+            "accelerate": _NO_PP,
+            "deepspeed": _DS_PP_TP,
+        },
+    ),
+    Plan(
+        "70b-fp8-mxfp8-fsdp",
+        "llama3.1-70b",
+        "tp=1,pp=1,dp=32,ga=4,sharding=fsdp,recompute=full",
+        precision="fp8",
+        fp8_recipe="mxfp8",
+        refused={
+            "deepspeed": "precision fp8 (mxfp8) has no DeepSpeed config key",
+            "accelerate": "precision fp8 (mxfp8) needs an fp8_config",
+        },
     ),
     Plan(
         "70b-tp4-pp2-zero1-nosp",

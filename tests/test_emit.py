@@ -523,6 +523,47 @@ def test_megatron_bridge_overrides_start_from_the_model_recipe():
         bridge_overrides(model_preset("gpt3-175b"), JobSpec(seq_len=2048), parse_layout("tp=8,pp=8,dp=2,ga=8"))
 
 
+def _fp8(recipe: str | None) -> JobSpec:
+    return JobSpec(seq_len=8192, precision="fp8", fp8_recipe=recipe)
+
+
+def test_fp8_recipes_in_each_launcher():
+    """Megatron's --fp8-recipe (its format as Megatron-Bridge's presets pair them), torchao's converters by version,
+    and a one-line refusal where a launcher has no such recipe; not stated: each launcher's own default."""
+    lay = parse_layout(PLAN_70B)
+    for recipe, fmt in (("tensorwise", "hybrid"), ("blockwise", "hybrid"), ("mxfp8", "e4m3")):
+        args = _args(PLAN_70B, job=_fp8(recipe))
+        assert args[args.index("--fp8-format") + 1] == fmt and args[args.index("--fp8-recipe") + 1] == recipe
+        out = bridge_overrides(LLAMA70B, _fp8(recipe), lay)
+        assert f"mixed_precision.fp8={fmt}" in out and f"mixed_precision.fp8_recipe={recipe}" in out
+    assert "--fp8-recipe" not in _args(PLAN_70B, job=_fp8(None))  # megatron-core's default: delayed
+    assert not any("fp8_recipe" in o for o in bridge_overrides(LLAMA70B, _fp8(None), lay))  # Bridge's: tensorwise
+    with pytest.raises(OptlayoutError, match="fp8_recipe rowwise has no Megatron --fp8-recipe"):
+        _args(PLAN_70B, job=_fp8("rowwise"))
+    # torchtitan 0.2.2: torchao's float8 converter by recipe name, the MX converter for mxfp8 (no TP under compile)
+    assert _toml(PLAN_70B, job=_fp8("rowwise"))["quantize"]["linear"]["float8"]["recipe_name"] == "rowwise"
+    assert "recipe_name" not in _toml(PLAN_70B, job=_fp8(None))["quantize"]["linear"]["float8"]
+    mx = _toml("tp=1,pp=4,vp=5,dp=16,mb=1,ga=16,sharding=zero1", job=_fp8("mxfp8"))
+    assert mx["model"]["converters"] == ["quantize.linear.mx"]
+    assert mx["quantize"]["linear"]["mx"] == {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
+    with pytest.raises(OptlayoutError, match=r"v0\.2\.2: fp8_recipe mxfp8 with tp=8: its MX converter refuses TP"):
+        _toml(PLAN_70B, job=_fp8("mxfp8"))
+    code = torchtitan_python(LLAMA70B, _fp8("mxfp8"), lay)
+    compile(code, "optlayout_job.py", "exec")
+    assert "converters=[MXFP8LinearConverter.Config(model_compile_enabled=True)]" in code
+    assert "from torchtitan.components.quantization import MXFP8LinearConverter" in code
+    code = torchtitan_python(LLAMA70B, _fp8("rowwise"), lay)
+    assert 'Float8LinearConverter.Config(filter_fqns=["lm_head"], recipe_name="rowwise", model_compile' in code
+    with pytest.raises(OptlayoutError, match=r"0\.3\.0: fp8_recipe tensorwise: its Float8LinearConverter"):
+        torchtitan_python(LLAMA70B, _fp8("tensorwise"), lay)
+    with pytest.raises(OptlayoutError, match="no 1x128/128x128 blockwise recipe"):
+        _toml(PLAN_70B, job=_fp8("blockwise"))
+    with pytest.raises(OptlayoutError, match=r"precision fp8 \(mxfp8\) has no DeepSpeed config key"):
+        deepspeed_config(LLAMA70B, _fp8("mxfp8"), parse_layout("tp=8"))
+    with pytest.raises(OptlayoutError, match=r"precision fp8 \(rowwise\) needs an fp8_config"):
+        accelerate_config(LLAMA70B, _fp8("rowwise"), parse_layout("dp=8,sharding=fsdp"))
+
+
 # ---------------------------------------------------------------- dispatcher
 
 HOSTS = ["n0", "n1"]

@@ -129,6 +129,8 @@ def _megatron_configs(plan: Plan, args: list[str]):
         "pipeline_dtype": torch.bfloat16 if bf16 else torch.float16,
         "fp8": one.get("--fp8-format"),
     }
+    if "--fp8-recipe" in one:
+        kw["fp8_recipe"] = one["--fp8-recipe"]
     assert (kw["num_layers"], kw["hidden_size"], kw["ffn_hidden_size"]) == (model.layers, model.hidden, model.ffn)
     config = tc.TransformerConfig(**kw)  # __post_init__: megatron-core's own consistency rules
     ddp = ddp_mod.DistributedDataParallelConfig(
@@ -152,6 +154,8 @@ def _megatron_configs(plan: Plan, args: list[str]):
 @pytest.mark.parametrize("plan", PLANS, ids=IDS)
 def test_megatron_flags_build_megatron_core_configs(plan):
     text = _emitted(plan, "megatron")
+    if text is None:
+        return
     config, ddp, one = _megatron_configs(plan, text.split())
     lay = plan.lay
     assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size) == (lay.tp, lay.pp)
@@ -162,6 +166,9 @@ def test_megatron_flags_build_megatron_core_configs(plan):
     assert ddp.use_distributed_optimizer == (lay.sharding.value != "none")
     assert ddp.grad_reduce_in_fp32 == (plan.grad_bytes == 4)
     assert config.attention_dropout == config.hidden_dropout == 0.0
+    if plan.precision == "fp8":  # the recipe planned, or megatron-core's default (per-tensor delayed scaling)
+        assert (config.fp8, config.fp8_recipe) == ("e4m3" if plan.fp8_recipe == "mxfp8" else "hybrid",
+                                                   plan.fp8_recipe or "delayed")  # fmt: skip
     if lay.recompute.value == "full":  # every layer (uniform, 1 a unit), or the first N of each chunk (block)
         block = ("uniform", 1) if lay.recompute_layers is None else ("block", lay.recompute_layers)
         assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == ("full", *block)
@@ -235,8 +242,10 @@ def test_torchtitan_030_config_manager_and_parallel_dims(plan, tmp_path, monkeyp
     manager = require("torchtitan.config.manager")
     dims = require("torchtitan.distributed.parallel_dims")
     float8 = require("torchtitan.components.quantization.float8")
+    mx = require("torchtitan.components.quantization.mx")
     torch = require("torch")
     monkeypatch.setattr(float8, "has_cuda_capability", lambda *a: True)  # answer as an H100 (SM90) would
+    monkeypatch.setattr(mx, "has_cuda_capability", lambda *a: True)  # and as a B200 (SM100) for MXFP8
     name = "optlayout_job_" + plan.name.replace("-", "_")
     (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -257,9 +266,18 @@ def test_torchtitan_030_config_manager_and_parallel_dims(plan, tmp_path, monkeyp
     with torch.device("meta"):
         model = model_cfg.build()
     assert sum(p.numel() for p in model.parameters()) == plan.spec.param_count  # the flavor is the plan's model
-    if plan.precision == "fp8":  # the converter runs the recipe the emitted notes name (FLOAT8_DEFAULT_RECIPE)
-        assert "recipe_name" not in text and float8.Float8LinearConverter.Config().recipe_name == "rowwise"
-        assert f"torchao's {FLOAT8_DEFAULT_RECIPE['0.3.0']} recipe" in text
+    if plan.fp8_recipe == "mxfp8":  # every Linear, the head too, as torchtitan's llama3_8b_mxfp8
+        assert {type(m).__name__ for m in model.layers.modules()} >= {"MXFP8Linear"}
+        assert type(model.lm_head).__name__ == "MXFP8Linear"
+    elif plan.precision == "fp8":  # the recipe planned, or the one the emitted notes name (FLOAT8_DEFAULT_RECIPE)
+        from torchao.float8 import Float8LinearConfig
+
+        swapped = next(m for m in model.layers.modules() if type(m).__name__ == "Float8Linear")
+        assert swapped.config == Float8LinearConfig.from_recipe_name(plan.fp8_recipe or "rowwise")
+        assert type(model.lm_head).__name__ == "Linear"  # filter_fqns keeps the output layer in bf16
+        if plan.fp8_recipe is None:
+            assert "recipe_name" not in text and float8.Float8LinearConverter.Config().recipe_name == "rowwise"
+            assert f"torchao's {FLOAT8_DEFAULT_RECIPE['0.3.0']} recipe" in text
     if lay.pp > 1:
         _check_stages(plan, par, pdims, model_cfg, model)
 
@@ -302,6 +320,7 @@ def test_torchtitan_030_parallelizes_the_plans_degrees(plan, tmp_path, monkeypat
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     monkeypatch.setattr(float8, "has_cuda_capability", lambda *a: True)
+    monkeypatch.setattr(require("torchtitan.components.quantization.mx"), "has_cuda_capability", lambda *a: True)
     monkeypatch.setattr(dims, "device_type", "cpu")
     name = "optlayout_mesh_" + plan.name.replace("-", "_")
     (tmp_path / f"{name}.py").write_text(text)
@@ -345,7 +364,9 @@ _TT022 = textwrap.dedent(
     import torch
     import torchtitan
     import torchtitan.components.quantization.float8 as float8
+    import torchtitan.components.quantization.mx as mx
     float8.has_cuda_capability = lambda *a: True  # answer as an H100 would
+    mx.has_cuda_capability = lambda *a: True  # and as a B200 for MXFP8
     from torchtitan.config import ConfigManager
     from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.protocols.model_converter import build_model_converters
@@ -364,7 +385,10 @@ _TT022 = textwrap.dedent(
         args.update_from_config(cfg)
         with torch.device("meta"):
             model = spec.model_cls(args)
-        build_model_converters(cfg, dims)
+        # v0.2.2's MX converter imports a torchao name (MXFP8Dim1CastKernelChoice) that the extra's torchao (0.3.0's)
+        # no longer has: an mxfp8 config is read by ConfigManager, its converter not built
+        if "quantize.linear.mx" not in cfg.model.converters:
+            build_model_converters(cfg, dims)
         parts = p.module_fqns_per_model_part or []
         for part in parts:
             for fqn in part:
@@ -390,7 +414,8 @@ _TT022 = textwrap.dedent(
             "pp_mb": p.pipeline_parallel_microbatch_size, "ac": cfg.activation_checkpoint.mode,
             "layers_per_part": [sum(n.startswith("layers.") for n in part) for part in parts],
             "ddp_beside_others": ddp_beside_others, "converters": cfg.model.converters, "wrapped": wrapped,
-            "float8_recipe": cfg.quantize.linear.float8.recipe_name,
+            "float8_recipe": cfg.quantize.linear.float8.recipe_name, "mx_recipe": cfg.quantize.linear.mx.recipe_name,
+            "mx_filter": cfg.quantize.linear.mx.filter_fqns,
         }
     print(json.dumps(out))
     """
@@ -425,10 +450,12 @@ def test_torchtitan_022_config_manager_parallel_dims_and_model(tmp_path):
         rerun = [min(lay.recompute_layers, c) if partial else c if lay.recompute.value != "none" else 0 for c in chunks]
         # the blocks torchtitan checkpoints: every one, none, or the plan's N a chunk (per part where it lists them)
         assert got["wrapped"] == rerun if got["layers_per_part"] else sum(got["wrapped"]) == sum(rerun)
-        assert got["converters"] == (["quantize.linear.float8"] if plan.precision == "fp8" else [])
-        assert (
-            got["float8_recipe"] is None
-        )  # torchao's per-tensor default, as the emitted notes say (FLOAT8_DEFAULT_RECIPE)
+        mxfp8 = plan.fp8_recipe == "mxfp8"
+        converter = "quantize.linear.mx" if mxfp8 else "quantize.linear.float8"
+        assert got["converters"] == ([converter] if plan.precision == "fp8" else [])
+        # the recipe planned, or torchao's per-tensor default, as the emitted notes say (FLOAT8_DEFAULT_RECIPE)
+        assert got["float8_recipe"] == (None if mxfp8 else plan.fp8_recipe)
+        assert (got["mx_recipe"], got["mx_filter"]) == ("mxfp8_cublas", ["output"])  # MXFP8 by cuBLAS, head in bf16
         if lay.pp > 1:
             assert got["local"] // got["pp_mb"] == lay.grad_accum
         if got["layers_per_part"]:

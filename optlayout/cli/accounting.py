@@ -195,6 +195,7 @@ def estimate_command(
     global_batch: common.GlobalBatchOpt = None,
     global_batch_tokens: common.GlobalBatchTokensOpt = None,
     precision: common.PrecisionOpt = "bf16",
+    fp8_recipe: common.Fp8RecipeOpt = None,
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
@@ -211,7 +212,8 @@ def estimate_command(
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
-                         attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes)  # fmt: skip
+                         attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes,
+                         fp8_recipe=fp8_recipe)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     lay = parse_layout(layout)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)
@@ -219,9 +221,10 @@ def estimate_command(
     support = common.support_arg(calibration, shape, job, lay, topo.gpu.name, run.prediction.tokens_per_s_per_gpu)
     if as_json:
         common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler, "assumed": assumed}
-                          | ({"support": support} if support is not None else {}))  # fmt: skip
+                          | common.fp8_fields(job) | ({"support": support} if support is not None else {}))  # fmt: skip
         return
     common.print_assumed(assumed)
+    common.print_fp8_note(job)
     print_prediction(lay.short(), run.prediction)
     if support is not None:
         common.console.print(

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InputError, OptlayoutError, describe_validation_error
-from optlayout.specs import AttentionKernel, JobSpec, ModelSpec, Precision
+from optlayout.specs import AttentionKernel, Fp8Recipe, JobSpec, ModelSpec, Precision, fp8_pricing_note
 
 if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
     from optlayout.layout.model import Layout
@@ -85,6 +85,14 @@ GlobalBatchTokensOpt = Annotated[int | None, typer.Option("--global-batch-tokens
 MinBatchOpt = Annotated[int | None, typer.Option("--min-global-batch", help="lower bound, sequences")]
 MaxBatchOpt = Annotated[int | None, typer.Option("--max-global-batch", help="upper bound, sequences")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8")]
+Fp8RecipeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fp8-recipe",
+        help="with --precision fp8: tensorwise | rowwise | blockwise | mxfp8 (default: the launcher's own); "
+        "priced alike",
+    ),
+]
 DropoutOpt = Annotated[
     bool, typer.Option("--dropout", help="dropout layers active: their masks are kept for backward (default: off)")
 ]
@@ -152,6 +160,21 @@ def print_assumed(assumed: dict[str, dict[str, Any]]) -> None:
         console.print(f"assumed {name}={a['value']} ({a['why']})", soft_wrap=True, highlight=False)
 
 
+def fp8_fields(job: JobSpec) -> dict[str, Any]:
+    """The JSON keys an fp8 job adds (none for bf16/fp16): its recipe (null: not stated) and the notes on it."""
+    if job.precision != "fp8":
+        return {}
+    note = fp8_pricing_note(job.fp8_recipe)
+    return {"fp8_recipe": job.fp8_recipe, "notes": [note] if note else []}
+
+
+def print_fp8_note(job: JobSpec) -> None:
+    """The line saying the cost model prices the job's FP8 recipe as another (none for the priced one)."""
+    note = fp8_pricing_note(job.fp8_recipe)
+    if note:
+        console.print(f"note: {note}", soft_wrap=True, highlight=False)
+
+
 def job_arg(
     seq_len: int,
     global_batch: int | None,
@@ -164,6 +187,7 @@ def job_arg(
     attention_kernel: str | None = None,
     dropout: bool = False,
     grad_bytes: float = GRAD_BYTES,
+    fp8_recipe: str | None = None,
 ) -> JobSpec:
     try:
         return JobSpec(
@@ -178,6 +202,7 @@ def job_arg(
             attention_kernel=cast(AttentionKernel, attention_kernel or "flash"),
             dropout=dropout,
             grad_bytes_per_param=grad_bytes,
+            fp8_recipe=cast(Fp8Recipe | None, fp8_recipe),
         )
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "job")) from None

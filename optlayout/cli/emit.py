@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
         model_config: common.ModelConfigOpt = None,
         global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
         precision: Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8")] = "bf16",
+        fp8_recipe: common.Fp8RecipeOpt = None,
         dropout: common.DropoutOpt = False,
         grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
         gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
@@ -53,10 +54,10 @@ def register(app: typer.Typer) -> None:
         if not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
             raise InputError(f"gpus-per-node: must be 1 to {MAX_GPUS_PER_SERVER:,} (got {gpus_per_node})")
         if plan is not None:
-            given = (layout, model, model_config, seq_len)
+            given = (layout, model, model_config, seq_len, fp8_recipe)
             if any(v is not None for v in given) or common.switched_job_flags(dropout, grad_bytes):
                 raise InputError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len/"
-                                 "--dropout/--grad-bytes")  # fmt: skip
+                                 "--fp8-recipe/--dropout/--grad-bytes")  # fmt: skip
             from optlayout.planning.plan import Plan
 
             saved = Plan.load(plan)
@@ -67,7 +68,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError("emit: give --plan plan.json, or --layout with --seq-len and --model")
             spec = common.model_arg(model, model_config)
             job = common.job_arg(seq_len, global_batch, None, precision=precision, dropout=dropout,
-                                 grad_bytes=grad_bytes)  # fmt: skip
+                                 grad_bytes=grad_bytes, fp8_recipe=fp8_recipe)  # fmt: skip
             lay, per_node = parse_layout(layout), gpus_per_node
         text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
                     torchtitan_version=torchtitan_version)  # fmt: skip

@@ -102,6 +102,8 @@ def compare_command(
     )
     for text, n in sorted(assumptions.items()):
         common.console.print(f"assumed for {n} run{'s' if n > 1 else ''}: {text}")
+    for text, n in sorted(Counter(note for row in result["runs"] for note in row["notes"]).items()):
+        common.console.print(f"note for {n} run{'s' if n > 1 else ''}: {text}")
     s = result["summary"]
     if s["memory_model_misses"]:
         n = len(s["memory_model_misses"])

@@ -202,6 +202,7 @@ def solve_command(
     min_global_batch: common.MinBatchOpt = None,
     max_global_batch: common.MaxBatchOpt = None,
     precision: common.PrecisionOpt = "bf16",
+    fp8_recipe: common.Fp8RecipeOpt = None,
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
@@ -262,7 +263,7 @@ def solve_command(
         job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
                                     ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
                                     ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch),
-                                    ("--attention-kernel", attention_kernel))
+                                    ("--attention-kernel", attention_kernel), ("--fp8-recipe", fp8_recipe))
                      if v is not None] + common.switched_job_flags(dropout, grad_bytes)  # fmt: skip
         if job_flags:
             raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
@@ -279,7 +280,8 @@ def solve_command(
             raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
         shape = common.model_arg(model, model_config)
         job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
-                             precision, optimizer_bytes, headroom, attention_kernel, dropout, grad_bytes)  # fmt: skip
+                             precision, optimizer_bytes, headroom, attention_kernel, dropout, grad_bytes,
+                             fp8_recipe)  # fmt: skip
         with clock.phase("topology"):
             loaded = load_cluster(source)
         fitted = common.calibration_arg(calibration)
@@ -400,6 +402,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
+    out |= common.fp8_fields(plan.job)
     if plan.replan is not None:
         out["replanned_from"] = {
             "gpus": plan.replan.from_gpus,
@@ -429,8 +432,11 @@ def print_plan(plan: Plan) -> None:
         con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}", soft_wrap=True)
         return
     common.print_assumed(plan.assumed)
+    common.print_fp8_note(plan.job)
     con.print(
-        f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}: "
+        f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}"
+        + (f", {plan.job.numerics}" if plan.job.fp8_recipe else "")
+        + ": "
         f"[bold]{plan.status}[/bold] over {plan.candidates} candidates (CP-SAT {plan.cpsat_time_s:.3f} s)"
         + (" (objective: goodput)" if plan.objective == "goodput" else "")
         + (" (robust: ranked by the 80% interval's low end)" if plan.robust else "")
@@ -536,6 +542,7 @@ def explain_command(
     global_batch: common.GlobalBatchOpt = None,
     global_batch_tokens: common.GlobalBatchTokensOpt = None,
     precision: common.PrecisionOpt = "bf16",
+    fp8_recipe: common.Fp8RecipeOpt = None,
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
@@ -550,17 +557,22 @@ def explain_command(
 
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
-                         attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes)  # fmt: skip
+                         attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes,
+                         fp8_recipe=fp8_recipe)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": common.assumed_arg(cluster)}
+    report |= common.fp8_fields(job)
     if as_json:
         common.print_json(report)
         return
     common.print_assumed(report["assumed"])
+    common.print_fp8_note(job)
     con = common.console
     rank = report["rank"]
     con.print(
-        f"your layout {report['layout']}: "
+        f"your layout {report['layout']}"
+        + (f" ({job.numerics})" if job.fp8_recipe else "")
+        + ": "
         + (f"rank {rank} of {report['feasible']} feasible layouts" if rank else "[red]does not fit memory[/red]")
         + (f" (its twin {report['twin_ahead']} ranks in its stead)" if rank and report["twin_ahead"] else "")
         + f", MFU {report['mfu']:.1%} vs best {report['best_mfu']:.1%} ({report['best_layout']})"

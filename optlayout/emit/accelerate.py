@@ -42,7 +42,8 @@ def accelerate_config(
             f"tp={layout.tp}, cp={layout.cp} over {replicate} unsharded replicas (use sharding=zero1, zero2 or fsdp)"
         )
     if job.precision == "fp8":
-        raise UnsupportedError(f"{_WHO}: precision fp8 needs an fp8_config of your own (Transformer Engine or MS-AMP)")
+        raise UnsupportedError(f"{_WHO}: precision {job.numerics} needs an fp8_config of your own (Transformer "
+                               "Engine or MS-AMP recipe kwargs)")  # fmt: skip
     if layout.recompute_layers is not None:
         raise UnsupportedError(f"{_WHO}: recompute_layers={layout.recompute_layers}: fsdp_activation_checkpointing "
                                "recomputes every layer or none; leave recompute_layers out")  # fmt: skip

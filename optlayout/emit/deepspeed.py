@@ -65,7 +65,8 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
                 "plan vp=1 without first=/last="
             )
     if job.precision == "fp8":
-        raise UnsupportedError(f"{_WHO}: precision fp8 has no DeepSpeed config key (use bf16 plus Transformer Engine)")
+        raise UnsupportedError(f"{_WHO}: precision {job.numerics} has no DeepSpeed config key (use bf16 plus "
+                               "Transformer Engine)")  # fmt: skip
     grads = gradient_dtype(job, _WHO)
     if stage == 0 and grads == "fp32":
         raise UnsupportedError(

@@ -258,9 +258,10 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
     flags += _moe_flags(model, job, layout)
     dropout = "0.1" if job.dropout else "0.0"  # Megatron's default is 0.1; the memory model counts masks only if on
     flags += [("--attention-dropout", dropout), ("--hidden-dropout", dropout)]
-    precision: dict[str, list[tuple[str, ...]]] = {
-        "bf16": [("--bf16",)], "fp16": [("--fp16",)], "fp8": [("--bf16",), ("--fp8-format", "hybrid")]
-    }  # fmt: skip
+    precision: dict[str, list[tuple[str, ...]]] = {"bf16": [("--bf16",)], "fp16": [("--fp16",)]}
+    if job.precision == "fp8":
+        fp8_format, recipe = fp8_format_and_recipe(job, "megatron")
+        precision["fp8"] = [("--bf16",), ("--fp8-format", fp8_format)] + ([("--fp8-recipe", recipe)] if recipe else [])
     flags += precision[job.precision]
     flags += _gradient_flags(job)
     return flags
@@ -491,7 +492,7 @@ def megatron_notes(
     )
     grads = gradient_dtype(job, "megatron")
     return [
-        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.precision}; Megatron-LM main "
+        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.numerics}; Megatron-LM main "
         "(checked at d98e8a64) / megatron-core 0.16",
         f"world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; rank order {order}",
         f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
@@ -501,3 +502,20 @@ def megatron_notes(
         f"memory as planned: {grads} gradient buffers, dropout {'0.1' if job.dropout else 'off'}, "
         f"recompute {layout.recompute.value}, no offloading",
     ]
+
+
+MEGATRON_FP8_RECIPES = ("tensorwise", "mxfp8", "blockwise")
+"""The recipes Megatron-LM's --fp8-recipe names as optlayout does (megatron/core/enums.py Fp8Recipe: delayed,
+tensorwise (per-tensor current scaling), mxfp8, blockwise, custom; checked at d98e8a64)."""
+
+
+def fp8_format_and_recipe(job: JobSpec, who: str) -> tuple[str, str | None]:
+    """Megatron's --fp8-format and --fp8-recipe for an fp8 job (recipe None: not stated, Megatron's default
+    delayed per-tensor scaling): E4M3 throughout for mxfp8 (Megatron-Bridge's bf16_with_mxfp8_mixed), hybrid (E5M2
+    gradients) otherwise (its current-scaling and subchannel presets)."""
+    recipe = job.fp8_recipe
+    if recipe is not None and recipe not in MEGATRON_FP8_RECIPES:
+        raise UnsupportedError(f"{who}: fp8_recipe {recipe} has no Megatron --fp8-recipe (it takes "
+                               f"{', '.join(MEGATRON_FP8_RECIPES)}); {recipe} is torchao's: "
+                               "emit torchtitan")  # fmt: skip
+    return ("e4m3" if recipe == "mxfp8" else "hybrid"), recipe

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, qwen3_moe_flavor, stage_layers
-from optlayout.emit.megatron import megatron_problems, pipeline_layout_string
+from optlayout.emit.megatron import fp8_format_and_recipe, megatron_problems, pipeline_layout_string
 from optlayout.errors import UnsupportedError
 from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, RopeScaling, Sharding
@@ -138,7 +138,10 @@ def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
     if recipe.mixed_precision_object:
         out.append(f"mixed_precision.grad_reduce_in_fp32={_bool(grads == 'fp32')}")
         if job.precision == "fp8":
-            out.append("mixed_precision.fp8=hybrid")
+            fp8_format, fp8_recipe = fp8_format_and_recipe(job, _WHO)  # not stated: Bridge's default, tensorwise
+            out.append(f"mixed_precision.fp8={fp8_format}")
+            if fp8_recipe is not None:
+                out.append(f"mixed_precision.fp8_recipe={fp8_recipe}")
     elif job.precision != "bf16":
         raise UnsupportedError(f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed'; precision must be bf16")
     if recipe.comm_overlap:
@@ -177,7 +180,7 @@ def bridge_notes(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: 
     nodes, per_node = node_count(layout, gpus_per_node, _WHO)
     grads = next((o.split("=")[1] for o in overrides if o.startswith("mixed_precision.grad_reduce_in_fp32")), "true")
     return [
-        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.precision}; megatron-bridge "
+        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.numerics}; megatron-bridge "
         f"{BRIDGE_VERSION}",
         f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
         f"--master-addr $MASTER_ADDR scripts/training/run_recipe.py --recipe {recipe.name} $(cat overrides.txt)",

@@ -182,9 +182,35 @@ def torchtitan_config(
     # float8 runs compiled, as torchtitan's own 405B preset; async TP stays off (the cost model hides no TP comm)
     config["compile"] = {"enable": job.precision == "fp8"}
     if job.precision == "fp8":
-        model_section["converters"] = ["quantize.linear.float8"]
-        config["quantize.linear.float8"] = {"filter_fqns": [_OUTPUT[version]]}
+        converter, section = fp8_converter(job, layout, version)
+        model_section["converters"] = [converter]
+        config[converter] = section
     return config
+
+
+def fp8_converter(job: JobSpec, layout: Layout, version: str) -> tuple[str, dict[str, Any]]:
+    """The model converter for the job's FP8 recipe and its config section: torchao's float8 converter (v0.2.2
+    `recipe_name` tensorwise | rowwise, 0.3.0 rowwise only; the output layer kept in bf16) or its MX converter for
+    mxfp8 (v0.2.2 `quantize.linear.mx`, recipe mxfp8_cublas, skipping the output layer; 0.3.0 every Linear, as
+    torchtitan's llama3_8b_mxfp8). Not stated: the float8 converter's default (FLOAT8_DEFAULT_RECIPE)."""
+    recipe = job.fp8_recipe
+    if recipe == "blockwise":
+        raise UnsupportedError(f"{_WHO}: fp8_recipe blockwise: torchao's converters offer tensorwise/rowwise "
+                               "(float8) and mxfp8 (mx), no 1x128/128x128 blockwise recipe")  # fmt: skip
+    if recipe == "mxfp8":
+        if version == "0.2.2" and layout.tp > 1:  # MXLinearConverter: "TP not yet supported with torch.compile"
+            raise UnsupportedError(f"{_WHO} v0.2.2: fp8_recipe mxfp8 with tp={layout.tp}: its MX converter "
+                                   "refuses TP under torch.compile, which fp8 runs enable; "
+                                   "target torchtitan 0.3.0")  # fmt: skip
+        if version == "0.2.2":
+            return "quantize.linear.mx", {"recipe_name": "mxfp8_cublas", "filter_fqns": [_OUTPUT[version]]}
+        return "quantize.linear.mx", {}
+    if recipe == "tensorwise" and version == "0.3.0":
+        raise UnsupportedError(f"{_WHO} 0.3.0: fp8_recipe tensorwise: its Float8LinearConverter offers rowwise "
+                               "and rowwise_with_gw_hp only; plan --fp8-recipe rowwise, "
+                               "or target torchtitan 0.2.2")  # fmt: skip
+    section: dict[str, Any] = {"filter_fqns": [_OUTPUT[version]]}
+    return "quantize.linear.float8", section | ({"recipe_name": recipe} if recipe else {})
 
 
 def _layer_ac_frequency(model: ModelSpec, layout: Layout, version: str) -> int:
@@ -312,7 +338,7 @@ def torchtitan_notes(
     )
     notes = [
         f"optlayout: {model.name} (torchtitan {tt.name} {tt.flavor}), {format_layout(layout)}, "
-        f"seq {job.seq_len}, {job.precision}; torchtitan {version}",
+        f"seq {job.seq_len}, {job.numerics}; torchtitan {version}",
         f"world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; on each node: torchrun --nnodes {nodes} "
         f"--nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID --master-addr $MASTER_ADDR "
         f"--master-port 29500 -m torchtitan.train {run}",
@@ -349,10 +375,14 @@ def torchtitan_notes(
             f"recompute_layers={layout.recompute_layers}: layer-level selective AC checkpoints every {k}-th block of "
             "each model chunk, as many as Megatron's block method (the same memory and recompute)"
         )
-    if job.precision == "fp8":
+    if job.precision == "fp8" and job.fp8_recipe is None:
         recipe = FLOAT8_DEFAULT_RECIPE[version]
         notes.append(f"fp8: torchtitan {version}'s float8 converter runs torchao's {recipe} recipe, its default; "
                      "the plan prices FP8 casts alike for every recipe")  # fmt: skip
+    elif job.precision == "fp8":
+        converter = fp8_converter(job, layout, version)[0]
+        notes.append(f"fp8: torchao's {job.fp8_recipe} recipe ({converter}); the plan prices FP8 casts alike for "
+                     "every recipe")  # fmt: skip
     if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
         notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")
     return notes
@@ -399,12 +429,12 @@ def torchtitan_python(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
     recompute."""
     config = torchtitan_config(model, job, layout, gpus_per_node, "0.3.0")
     tt = torchtitan_model(model)
-    fp8 = job.precision == "fp8"
-    converters = (
-        f'[Float8LinearConverter.Config(filter_fqns=["{_OUTPUT["0.3.0"]}"], model_compile_enabled=True)]'
-        if fp8
-        else "None"
-    )
+    converter: str | None = config["model"]["converters"][0] if job.precision == "fp8" else None
+    converter_class = {"quantize.linear.float8": "Float8LinearConverter", "quantize.linear.mx": "MXFP8LinearConverter"}
+    converters = "None"
+    if converter is not None:
+        fields = "".join(f"{k}={json.dumps(v)}, " for k, v in config[converter].items())
+        converters = f"[{converter_class[converter]}.Config({fields}model_compile_enabled=True)]"
     ac = {
         "none": "None",
         "selective": "SelectiveAC.Config()",
@@ -412,8 +442,8 @@ def torchtitan_python(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
     }[config["activation_checkpoint"]["mode"]]
     notes = torchtitan_notes(model, job, layout, gpus_per_node, "0.3.0")
     lines = ['"""' + notes[0], "", *notes[1:], '"""', ""]
-    if fp8:
-        lines.append("from torchtitan.components.quantization import Float8LinearConverter")
+    if converter:
+        lines.append(f"from torchtitan.components.quantization import {converter_class[converter]}")
     lines += [
         "from torchtitan.config import CompileConfig, ParallelismConfig",
         "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",

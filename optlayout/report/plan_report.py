@@ -190,7 +190,7 @@ def _header(plan: Plan, topology: Topology | None, timings: bool) -> str:
     facts = [
         ("model", f"{m.name}: {fmt_num(m.param_count / 1e9, 2)} B parameters, {m.layers} layers"),
         ("cluster", f"{plan.topology_name}{gpu}: {plan.gpus} GPUs, {plan.gpus_per_server} per server"),
-        ("job", f"sequence {fmt_num(job.seq_len)} tokens, global batch {batch}, {job.precision}"),
+        ("job", f"sequence {fmt_num(job.seq_len)} tokens, global batch {batch}, {job.numerics}"),
         ("status", plan.status),
         (
             "search",

@@ -340,7 +340,7 @@ def heldout_rows(
     for c in cases:
         rec = c.prediction.record
         key = calibration_key(rec.cluster.gpu, rec.job.precision)
-        regimes = describe(rec.model, rec.job_spec(), c.prediction.layout, key, getattr(rec.job, "fp8_recipe", None))
+        regimes = describe(rec.model, rec.job_spec(), c.prediction.layout, key, rec.job.fp8_recipe)
         gpu_out = None if by_gpu is None else round(math.log1p(by_gpu[id(c)]), 6)
         rows.append(HeldOut(id=rec.id, source=rec.source, model=rec.model.name if rec.model.moe else None,
                             log_error=round(math.log1p(held_out[id(c)]), 6), log_error_gpu_out=gpu_out,

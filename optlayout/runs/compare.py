@@ -490,6 +490,7 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
         "predicted_mfu": pred.prediction.mfu,
         "filled_fields": pred.filled_fields,
         "assumed": pred.assumed,
+        "notes": rec.notes(),
         "layout": pred.layout.model_dump(mode="json"),
         "predicted_fits_memory": pred.prediction.fits,
         "memory_model_miss": pred.memory_model_miss,

@@ -488,6 +488,7 @@ class LogFacts:
     layout: dict[str, Any] | None = None
     model: dict[str, Any] | None = None
     precision: str | None = None
+    fp8_recipe: str | None = None
     read: list[str] | None = None
 
     def said(self, what: str) -> None:
@@ -560,6 +561,9 @@ def megatron_facts(text: str) -> LogFacts:
     if _true(args.get("bf16")) or _true(args.get("fp16")):
         fp8 = args.get("fp8")
         facts.precision = "fp8" if fp8 not in (None, "None") else ("bf16" if _true(args.get("bf16")) else "fp16")
+        recipe = args.get("fp8_recipe")
+        if facts.precision == "fp8" and recipe not in (None, "None"):  # Megatron's delayed scaling is per-tensor
+            facts.fp8_recipe = {"delayed": "tensorwise"}.get(recipe, recipe)
     elif "bf16" in args:
         facts.precision = None  # fp32 training: no precision optlayout models
     vocab = vocab or _int(args.get("padded_vocab_size")) or _int(args.get("vocab_size"))
@@ -815,7 +819,10 @@ def record_from_log(
         missing = "the vocabulary size" if facts.model else "the model's shape"
         raise InputError(f"log: {path.name} does not state {missing}; give --model or --model-config")
     try:
-        job = RunJob.model_validate({"seq_len": seq, "global_batch": batch, "precision": prec})
+        recipe = facts.fp8_recipe if prec == "fp8" else None
+        if recipe is not None:
+            read.append(f"fp8 recipe {recipe}")
+        job = RunJob.model_validate({"seq_len": seq, "global_batch": batch, "precision": prec, "fp8_recipe": recipe})
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "job")) from None
     record = run_from_log(path, fmt, model, cluster, job, run, run_id=run_id, source=source, warmup=warmup)

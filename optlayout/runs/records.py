@@ -21,12 +21,15 @@ from optlayout.presets import gpu_preset
 from optlayout.specs import (
     AttentionKernel,
     ClusterSpec,
+    Fp8Recipe,
     JobSpec,
     ModelSpec,
     MoeDispatcher,
     MoeRouting,
     Optimizer,
     Precision,
+    fp8_pricing_note,
+    recipe_needs_fp8,
 )
 
 LAYOUT_FIELDS = (
@@ -52,11 +55,14 @@ class RunJob(BaseModel):
     seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
     global_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
+    fp8_recipe: Fp8Recipe | None = Field(None, description="tensorwise | rowwise | blockwise | mxfp8; fp8 only")
     attention_kernel: AttentionKernel | None = Field(None, description="flash | flash2 | naive; null = not stated")
     moe_routing: MoeRouting | None = Field(None, description="balanced (forced uniform, dropless); null = real routing")
     moe_dispatcher: MoeDispatcher | None = Field(None, description="alltoall | flex; null = not stated")
     optimizer: Optimizer = "adam"
     dropout: bool | None = Field(None, description="dropout layers active; null = not stated (assumed off)")
+
+    _recipe_needs_fp8 = pydantic.field_validator("fp8_recipe")(recipe_needs_fp8)
 
 
 # Frameworks that run an Ampere-era attention kernel (FlashAttention-2) on the GPUs listed (None: every GPU),
@@ -154,6 +160,11 @@ class RunRecord(BaseModel):
             return self.job.dropout, None
         return False, "not stated: dropout off, as in the pretraining recipes of the published sources"
 
+    def notes(self) -> list[str]:
+        """What a prediction of this run does not model of what the record states, one line each."""
+        fp8 = fp8_pricing_note(self.job.fp8_recipe)
+        return [fp8] if fp8 else []
+
     def unknown_layout_fields(self) -> list[str]:
         """The layout fields the record leaves unpublished (the solver fills them)."""
         return self.layout.unknown(experts=self.model.moe is not None)
@@ -162,8 +173,8 @@ class RunRecord(BaseModel):
         """The record's job as a JobSpec (the attention kernel as `attention_kernel()` decides)."""
         job = self.job
         return JobSpec(seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision,
-                       attention_kernel=self.attention_kernel()[0], moe_routing=job.moe_routing,
-                       moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer,
+                       fp8_recipe=job.fp8_recipe, attention_kernel=self.attention_kernel()[0],
+                       moe_routing=job.moe_routing, moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer,
                        dropout=self.dropout()[0])  # fmt: skip
 
     @property

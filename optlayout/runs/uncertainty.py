@@ -353,7 +353,7 @@ class LayoutUncertainty:
         return cls(uncertainty, model, job, calibration_key(gpu, job.precision))
 
     def regimes(self, layout: Layout) -> Regimes:
-        return describe(self.model, self.job, layout, self.gpu_key, getattr(self.job, "fp8_recipe", None))
+        return describe(self.model, self.job, layout, self.gpu_key, self.job.fp8_recipe)
 
     def factor(self, layout: Layout) -> float:
         key = (layout.tp, layout.pp, layout.vp, layout.cp, layout.dp, layout.sharding)  # all `describe` reads
