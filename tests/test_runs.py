@@ -182,6 +182,22 @@ def test_pairwise_order_accuracy_on_a_hand_built_set():
     assert pairwise_order(preds[:1]) == (None, 0)
 
 
+def test_pairwise_order_skips_pairs_of_different_fp8_recipes():
+    """A pair measured with different FP8 recipes differs in its job, which the cost model prices alike: skipped."""
+    base = read_runs(RUNS_JSONL)[0]
+
+    def run(run_id: str, measured: float, recipe: str | None) -> RunRecord:
+        job = base.job.model_copy(update={"precision": "fp8", "fp8_recipe": recipe})
+        measured_ = base.measured.model_copy(update={"tokens_per_s_per_gpu": measured})
+        return base.model_copy(update={"id": run_id, "job": job, "measured": measured_})
+
+    a, b = Layout(dp=8, grad_accum=16), Layout(tp=2, dp=4, grad_accum=32)
+    same = [_prediction(run("a", 100, "mxfp8"), a, 150), _prediction(run("b", 200, "mxfp8"), b, 120)]
+    assert pairwise_order(same) == (0.0, 1)  # measured a < b, predicted a > b: one pair, disagreeing
+    mixed = [_prediction(run("a", 100, "tensorwise"), a, 150), _prediction(run("b", 200, "mxfp8"), b, 120)]
+    assert pairwise_order(mixed) == (None, 0)
+
+
 # --- calibration -----------------------------------------------------------------------------------------
 
 

@@ -514,7 +514,9 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
 
 def pairwise_order(preds: list[RunPrediction]) -> tuple[float | None, int]:
     """Fraction of run pairs within a group (same model, cluster, job; different layout) whose measured
-    order the prediction reproduces; pairs with equal measured throughput are skipped."""
+    order the prediction reproduces; pairs with equal measured throughput are skipped, and so are pairs whose FP8
+    recipes differ (the recipe is part of the job, but the cost model prices every recipe alike, so the group key
+    that shares a ranking across runs leaves it out)."""
     groups: dict[tuple[object, ...], list[RunPrediction]] = defaultdict(list)
     for p in preds:
         groups[p.record.group_key].append(p)
@@ -522,7 +524,9 @@ def pairwise_order(preds: list[RunPrediction]) -> tuple[float | None, int]:
     for members in groups.values():
         for a, b in itertools.combinations(members, 2):
             dm = a.record.measured.tokens_per_s_per_gpu - b.record.measured.tokens_per_s_per_gpu
-            if dm == 0 or layout_identity(a.layout) == layout_identity(b.layout):
+            if dm == 0 or a.record.job.fp8_recipe != b.record.job.fp8_recipe:
+                continue
+            if layout_identity(a.layout) == layout_identity(b.layout):
                 continue
             dp = a.prediction.tokens_per_s_per_gpu - b.prediction.tokens_per_s_per_gpu
             total += 1
