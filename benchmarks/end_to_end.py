@@ -79,10 +79,16 @@ def row(label: str, target: float, m: dict[str, float]) -> str:
 
 
 def imports_of(args: list[str]) -> tuple[float, dict[str, float]]:
-    """(total import s, import s of each heavy library loaded) of `optlayout ARGS` (`python -X importtime`)."""
+    """(total import s, import s of each heavy library loaded) of `optlayout ARGS` (`python -X importtime`).
+
+    Python prints one line per module, after its children (indented one more level), so a package's own line
+    covers its `__init__` only; a submodule imported later (`rich.console`, `ortools.sat.python.cp_model`) gets
+    its own line. A library's time is the sum of the cumulative times of its outermost lines: those not nested
+    in another line of the same library.
+    """
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "optlayout.cli", *args], cwd=ROOT,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)  # fmt: skip
-    total_us, heavy = 0, {}
+    entries: list[tuple[int, str, int]] = []  # (depth, top-level package, cumulative us), in Python's order
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
@@ -90,12 +96,18 @@ def imports_of(args: list[str]) -> tuple[float, dict[str, float]]:
         if not cumulative.strip().isdigit():
             continue  # the header line
         depth = (len(name) - len(name.lstrip())) // 2
-        name = name.strip()
+        entries.append((depth, name.strip().split(".")[0], int(cumulative)))
+    total_us, heavy_us = 0, dict.fromkeys(HEAVY, 0)
+    ancestors: list[tuple[int, str]] = []  # reversed, the order is parent first
+    for depth, package, cumulative in reversed(entries):
+        while ancestors and ancestors[-1][0] >= depth:
+            ancestors.pop()
         if depth == 0:
-            total_us += int(cumulative)
-        if name in HEAVY and name not in heavy:
-            heavy[name] = int(cumulative) / 1e6
-    return total_us / 1e6, heavy
+            total_us += cumulative
+        if package in heavy_us and all(outer != package for _, outer in ancestors):
+            heavy_us[package] += cumulative
+        ancestors.append((depth, package))
+    return total_us / 1e6, {name: us / 1e6 for name, us in heavy_us.items() if us}
 
 
 def main() -> int:
