@@ -1,4 +1,7 @@
-"""The one-line layout text (`tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,recompute=selective,sp`) both ways."""
+"""The one-line layout text (`tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,recompute=selective,sp`) both ways.
+
+Selective recomputation's modules ride on its value: `recompute=selective:core_attn+moe_act` (`rm=...` is
+accepted too); plain `recompute=selective` is Megatron's default set, the attention core."""
 
 from __future__ import annotations
 
@@ -27,10 +30,20 @@ def parse_layout(text: str) -> Layout:
         axis = KEYS.get(key.lower())
         if axis is None:
             raise InputError(f"layout: unknown key {key!r} (known: {', '.join(KEYS)})")
-        if axis.name in fields:
+        if axis.name in fields and axis.name != "recompute_modules":
             raise InputError(f"layout: key {key!r} given twice")
         if not sep and axis.kind is not bool:
             raise InputError(f"layout: key {key!r} needs a value ({key}=...)")
+        if axis.name == "recompute" and ":" in raw:  # recompute=selective:core_attn+moe_act
+            raw, _, modules = raw.partition(":")
+            if "recompute_modules" in fields:
+                raise InputError(f"layout: recompute modules given twice ({part!r})")
+            try:
+                fields["recompute_modules"] = KEYS["rm"].parse(modules)
+            except ValueError as exc:
+                raise InputError(f"layout: recompute modules {exc} (got {modules!r})") from None
+        elif axis.name == "recompute_modules" and axis.name in fields:
+            raise InputError(f"layout: recompute modules given twice ({part!r})")
         try:
             fields[axis.name] = axis.parse(raw if sep else "true")
         except ValueError as exc:
@@ -43,7 +56,14 @@ def parse_layout(text: str) -> Layout:
 
 def format_layout(layout: Layout) -> str:
     """The compact form, which `parse_layout` reads back: `parse_layout(format_layout(x)) == x`."""
-    return ",".join(t for a in AXES if (t := a.text(getattr(layout, a.name))) is not None)
+    parts: list[str] = []
+    for axis in AXES:
+        text = axis.text(getattr(layout, axis.name))
+        if axis.name == "recompute_modules" and text is not None:  # on recompute's value: selective:core_attn+mlp
+            parts[parts.index(f"recompute={layout.recompute.value}")] += ":" + text.partition("=")[2]
+        elif text is not None:
+            parts.append(text)
+    return ",".join(parts)
 
 
 def axis_key(part: str) -> str:
