@@ -162,6 +162,8 @@ def test_megatron_flags_build_megatron_core_configs(plan):
     assert ddp.use_distributed_optimizer == (lay.sharding.value != "none")
     assert ddp.grad_reduce_in_fp32 == (plan.grad_bytes == 4)
     assert config.attention_dropout == config.hidden_dropout == 0.0
+    if lay.recompute.value == "selective":  # Megatron-Core's default set when the plan names none
+        assert config.recompute_modules == [m.value for m in lay.recompute_modules or ("core_attn",)]
     if lay.recompute.value == "full":  # every layer (uniform, 1 a unit), or the first N of each chunk (block)
         block = ("uniform", 1) if lay.recompute_layers is None else ("block", lay.recompute_layers)
         assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == ("full", *block)

@@ -158,10 +158,11 @@ def _comm_s(
 
 def overlap_allowed(job: JobSpec, layout: Layout, any_pipeline: bool = False) -> bool:
     """Megatron's --overlap-moe-expert-parallel-comm applies: asked for, ep > 1, vp > 1 when pp > 1, no full
-    recomputation (transformer_config.py L3002-3046, moe.md 1.3); `any_pipeline` drops the pipeline rule (for a
-    bound over every pp and vp)."""
+    recomputation and no `moe` among the recomputed modules (transformer_config.py L3002-3046, moe.md 1.3);
+    `any_pipeline` drops the pipeline rule (for a bound over every pp and vp)."""
     pipeline_ok = any_pipeline or layout.pp == 1 or layout.vp > 1
-    return job.moe_ep_overlap and layout.ep > 1 and pipeline_ok and layout.recompute != Recompute.full
+    return (job.moe_ep_overlap and layout.ep > 1 and pipeline_ok and layout.recompute != Recompute.full
+            and RecomputeModule.moe not in layout.selective_modules)  # fmt: skip
 
 
 def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool) -> float:

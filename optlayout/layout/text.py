@@ -13,6 +13,7 @@ from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import AXES, Layout
+from optlayout.layout.recompute import format_modules
 
 KEYS: dict[str, Axis] = {key: axis for axis in AXES for key in axis.keys}
 """Every accepted spelling -> its axis."""
@@ -56,14 +57,20 @@ def parse_layout(text: str) -> Layout:
 
 def format_layout(layout: Layout) -> str:
     """The compact form, which `parse_layout` reads back: `parse_layout(format_layout(x)) == x`."""
-    parts: list[str] = []
+    parts = []
     for axis in AXES:
-        text = axis.text(getattr(layout, axis.name))
-        if axis.name == "recompute_modules" and text is not None:  # on recompute's value: selective:core_attn+mlp
-            parts[parts.index(f"recompute={layout.recompute.value}")] += ":" + text.partition("=")[2]
-        elif text is not None:
+        if axis.name == "recompute":  # the modules ride on its value: recompute=selective:core_attn+mlp
+            parts.append(f"{axis.key}={recompute_text(layout)}")
+        elif axis.name != "recompute_modules" and (text := axis.text(getattr(layout, axis.name))) is not None:
             parts.append(text)
     return ",".join(parts)
+
+
+def recompute_text(layout: Layout) -> str:
+    """The layout's recomputation as its text form writes it: `none`, `full`, `selective` (Megatron's default
+    module set) or `selective:layernorm+moe_act`."""
+    modules = layout.recompute_modules
+    return layout.recompute.value + (f":{format_modules(modules)}" if modules else "")
 
 
 def axis_key(part: str) -> str:
