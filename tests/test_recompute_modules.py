@@ -191,3 +191,80 @@ def test_every_module_set_trades_memory_for_time_against_full() -> None:
         assert _acts(MOE, "full", moe=True) < _acts(MOE, rc, moe=True) < _acts(MOE, "none", moe=True)
         none, mine, full = (_backward(MOE, r, moe=True)[0] for r in ("none", rc, "full"))
         assert none < mine < full
+
+
+# --- the space: a pinned module set, searched exactly ------------------------------------------------------------
+
+
+def test_a_pinned_module_set_is_searched_and_equals_the_oracle() -> None:
+    from optlayout.cost import usable_memory_bytes
+    from optlayout.planning import solve
+    from optlayout.solver.candidates import CostTable
+    from optlayout.solver.cpsat import Limits
+    from optlayout.solver.oracle import oracle_ranking
+    from optlayout.solver.space import space_options
+
+    topo = topology_from_cluster(parse_cluster_shorthand("gpu=h100-sxm,gpus=8"))
+    job = JobSpec(seq_len=2048, global_batch=16)
+    pins = {"recompute_modules": "layernorm+mlp"}
+    plan = solve(DENSE, topo, job, top=3, pins=pins, max_micro_batch=4, max_vp=2, max_cp=2)
+    options = space_options(pins, max_micro_batch=4, max_vp=2, max_cp=2)
+    table = CostTable(DENSE, job, topo.gpu, topo)
+    truth = oracle_ranking(DENSE, job, 8, topo.domain_size, table, options, Limits(usable_memory_bytes(
+        topo.gpu.memory_bytes, job)))  # fmt: skip
+    assert [p.layout for p in plan.layouts] == [c.layout for c in truth[:3]] and truth
+    assert all(p.layout.short().count("recompute=selective:layernorm+mlp") == 1 for p in plan.layouts)
+    with pytest.raises(OptlayoutError, match="pin: recompute_modules moe_act need a mixture-of-experts model"):
+        solve(DENSE, topo, job, pins={"recompute_modules": "moe_act"})
+    with pytest.raises(OptlayoutError, match="recompute_modules needs recompute=selective"):
+        solve(DENSE, topo, job, pins={"recompute_modules": "mlp", "recompute": "full"})
+
+
+# --- run records ----------------------------------------------------------------------------------------------------
+
+
+def _bridge_records() -> dict[str, object]:
+    from pathlib import Path
+
+    from optlayout.runs.records import read_runs
+
+    path = Path(__file__).parent / "fixtures" / "runs" / "megatron_bridge_moe.jsonl"  # copied from shared/data
+    return {r.id: r for r in read_runs(path)}
+
+
+def test_a_record_states_its_modules_and_a_bad_one_names_the_field(tmp_path) -> None:
+    import json
+
+    from optlayout.runs.records import read_runs
+
+    raw = json.loads(next(iter(_bridge_records().values())).model_dump_json())  # type: ignore[attr-defined]
+    raw["layout"] |= {"recompute": "selective", "recompute_modules": ["moe_act", "layernorm"]}
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    record = read_runs(path)[0]
+    assert [str(m) for m in record.layout.known()["recompute_modules"]] == ["layernorm", "moe_act"]
+    assert "recompute_modules" not in record.unknown_layout_fields()
+    raw["layout"]["recompute_modules"] = ["attn"]
+    path.write_text(json.dumps(raw) + "\n")
+    with pytest.raises(OptlayoutError, match=r"runs.jsonl line 1: layout.recompute_modules: .*unknown module 'attn'"):
+        read_runs(path)
+    raw["layout"] |= {"recompute": "full", "recompute_modules": ["mlp"]}
+    path.write_text(json.dumps(raw) + "\n")
+    with pytest.raises(OptlayoutError, match="recompute_modules needs recompute: selective"):
+        read_runs(path)
+
+
+def test_bridge_gpt_oss_bf16_recipes_fill_their_recompute_modules() -> None:
+    # Megatron-Bridge's GPT-OSS 120B recipes: layernorm + moe_act on GB200, B200 and H100 in BF16; none on GB300,
+    # none stated by the FP8-MX and Qwen3 recipes (runs.records.BRIDGE_RECIPE_RECOMPUTE names the lines)
+    records = _bridge_records()
+    filled = {i for i, r in records.items() if r.recipe_recompute() is not None}  # type: ignore[attr-defined]
+    assert filled == {i for i in records if "gptoss120b-bf16" in i and "-gb300-" not in i}
+    assert len(filled) == 15
+    h100 = records["mb-26.04-pretrain-h100-gptoss120b-bf16-64g-main"]
+    assert "recompute" not in h100.unknown_layout_fields()  # type: ignore[attr-defined]
+    from optlayout.runs.predict import predict_run
+
+    predicted = predict_run(h100)  # type: ignore[arg-type]
+    assert predicted.layout.short().endswith("recompute=selective:layernorm+moe_act")
+    assert "layernorm" in predicted.assumed["layout.recompute"]["why"] and "recompute" not in predicted.filled_fields

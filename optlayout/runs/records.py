@@ -85,7 +85,7 @@ BRIDGE_FLEX_GPUS = frozenset({"gb200", "gb300", "b300"})
 # (perf_recipes/gpt_oss/gb200/gpt_oss.py:240-241, @v0.5.0 line 220), on GB300 none is set.
 BRIDGE_RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[RecomputeModule, ...]] = {
     ("GPT-OSS 120B", gpu, "bf16"): (RecomputeModule.layernorm, RecomputeModule.moe_act)
-    for gpu in ("gb200", "b200", "h100")
+    for gpu in ("gb200", "b200", "h100-sxm")
 }
 
 
@@ -134,9 +134,10 @@ class RunLayout(BaseModel):
         return known
 
     def unknown(self, experts: bool = False) -> list[str]:
-        """The unpublished fields; the expert degrees only for a model with `experts` (dense: ep = etp = 1)."""
+        """The unpublished fields; the expert degrees only for a model with `experts` (dense: ep = etp = 1). The
+        modules never: the search does not choose them (an unpublished selective recomputation is the default set)."""
         return [k for k in LAYOUT_FIELDS if getattr(self, k) is None and (experts or k not in EXPERT_FIELDS)
-                and (k not in ("recompute_layers", "recompute_modules") or self.recompute is None)]  # fmt: skip
+                and k != "recompute_modules" and (k != "recompute_layers" or self.recompute is None)]  # fmt: skip
 
 
 class Measured(BaseModel):
@@ -196,7 +197,7 @@ class RunRecord(BaseModel):
 
     def unknown_layout_fields(self) -> list[str]:
         """The layout fields the record leaves unpublished and no recipe rule fills (the solver fills them)."""
-        recipe = ("recompute", "recompute_layers", "recompute_modules") if self.recipe_recompute() else ()
+        recipe = ("recompute", "recompute_layers") if self.recipe_recompute() else ()
         return [k for k in self.layout.unknown(experts=self.model.moe is not None) if k not in recipe]
 
     def job_spec(self) -> JobSpec:
