@@ -214,6 +214,8 @@ def test_a_pinned_module_set_is_searched_and_equals_the_oracle() -> None:
         topo.gpu.memory_bytes, job)))  # fmt: skip
     assert [p.layout for p in plan.layouts] == [c.layout for c in truth[:3]] and truth
     assert all(p.layout.short().count("recompute=selective:layernorm+mlp") == 1 for p in plan.layouts)
+    default = solve(DENSE, topo, job, pins={"recompute_modules": "core_attn"}, max_micro_batch=4, max_vp=2, max_cp=2)
+    assert default.layouts[0].layout.recompute == "selective" and default.layouts[0].layout.recompute_modules is None
     with pytest.raises(OptlayoutError, match="pin: recompute_modules moe_act need a mixture-of-experts model"):
         solve(DENSE, topo, job, pins={"recompute_modules": "moe_act"})
     with pytest.raises(OptlayoutError, match="recompute_modules needs recompute=selective"):

@@ -121,11 +121,12 @@ class LayerTimes:
     def forward_compute_s(self) -> float:
         return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s
 
-    def recomputed(self, modules: frozenset[RecomputeModule]) -> ModuleTimes:
-        """The forward that selective recomputation of `modules` repeats in this layer's backward."""
+    def recomputed(self, modules: frozenset[RecomputeModule]) -> tuple[float, float, float]:
+        """(compute, TP collective, MoE token exchange) seconds of the forward that selective recomputation of
+        `modules` repeats in this layer's backward."""
         picked = [m for m in self.modules if m.module in modules]
-        return ModuleTimes(RecomputeModule.core_attn, sum(m.compute_s for m in picked),
-                           sum(m.tp_comm_s for m in picked), sum(m.ep_comm_s for m in picked))  # fmt: skip
+        return (sum(m.compute_s for m in picked), sum(m.tp_comm_s for m in picked),
+                sum(m.ep_comm_s for m in picked))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -301,9 +302,9 @@ def stage_times(
         bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
         ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
         if layout.recompute == Recompute.selective:  # the modules' forwards again, their collectives and exchange
-            again = lt.recomputed(layout.selective_modules)
-            bwd += again.compute_s
-            tp_again_s, ep_comm = again.tp_comm_s, ep_comm + again.ep_comm_s
+            compute_again_s, tp_again_s, ep_again_s = lt.recomputed(layout.selective_modules)
+            bwd += compute_again_s
+            ep_comm += ep_again_s
         else:
             tp_again_s = 0.0
         # full recomputation re-runs the forward of `rerun_count` layers: its compute, its TP collectives, and
@@ -520,8 +521,7 @@ def _slowest_stage(
     layer-times key, the recomputation and the stage split only (not on dp, accumulation or sharding)."""
     key = ("slowest", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
            layout.recompute, layout.recompute_modules, layout.recompute_layers, layout.pp, layout.vp,
-           layout.first_stage_layers,
-           layout.last_stage_layers)  # fmt: skip
+           layout.first_stage_layers, layout.last_stage_layers)  # fmt: skip
     found: tuple[StageTimes, int] | None = memo.get(key) if memo is not None else None
     if found is None:
         stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r), layers)

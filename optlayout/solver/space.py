@@ -219,7 +219,7 @@ def enumerate_groups(
     if options.pins.get("recompute_layers") is not None:  # a layer count is full recomputation's
         recomputes = tuple(r for r in recomputes if r == Recompute.full)
     modules = pinned_modules(model, options)
-    if modules is not None:  # a module set is selective recomputation's
+    if options.pins.get("recompute_modules") is not None:  # a module set is selective recomputation's
         recomputes = tuple(r for r in recomputes if r == Recompute.selective)
     if not shardings or not recomputes:
         return
