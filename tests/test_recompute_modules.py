@@ -76,7 +76,7 @@ def test_bad_module_text_is_one_line_naming_the_rule(text: str, message: str) ->
 def test_model_rules_are_megatrons() -> None:
     job = JobSpec(seq_len=1024, global_batch=1)
     moe_on_dense = layout_problems(DENSE, job, parse_layout("ga=1,recompute=selective:moe_act+mlp"), 1)
-    assert moe_on_dense == ["recompute_modules moe_act need a mixture-of-experts model"]
+    assert moe_on_dense == ["recompute_modules moe_act needs a mixture-of-experts model"]
     mla = layout_problems(DENSE, job, parse_layout("ga=1,recompute=selective:mla_up_proj"), 1)
     assert mla == ["recompute_modules mla_up_proj needs multi-latent attention (Megatron: only with MLA)"]
     no_shared = MOE.model_copy(update={"moe": MOE.moe.model_copy(update={"shared_experts": 0})})  # type: ignore[union-attr]
@@ -216,7 +216,7 @@ def test_a_pinned_module_set_is_searched_and_equals_the_oracle() -> None:
     assert all(p.layout.short().count("recompute=selective:layernorm+mlp") == 1 for p in plan.layouts)
     default = solve(DENSE, topo, job, pins={"recompute_modules": "core_attn"}, max_micro_batch=4, max_vp=2, max_cp=2)
     assert default.layouts[0].layout.recompute == "selective" and default.layouts[0].layout.recompute_modules is None
-    with pytest.raises(OptlayoutError, match="pin: recompute_modules moe_act need a mixture-of-experts model"):
+    with pytest.raises(OptlayoutError, match="pin: recompute_modules moe_act needs a mixture-of-experts model"):
         solve(DENSE, topo, job, pins={"recompute_modules": "moe_act"})
     with pytest.raises(OptlayoutError, match="recompute_modules needs recompute=selective"):
         solve(DENSE, topo, job, pins={"recompute_modules": "mlp", "recompute": "full"})

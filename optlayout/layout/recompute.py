@@ -77,7 +77,8 @@ def module_problems(model: ModelSpec, modules: tuple[RecomputeModule, ...]) -> l
     moe_only = [m.value for m in modules if m in (RecomputeModule.moe_act, RecomputeModule.moe,
                                                    RecomputeModule.shared_experts)]  # fmt: skip
     if moe_only and model.moe is None:
-        problems.append(f"recompute_modules {'+'.join(moe_only)} need a mixture-of-experts model")
+        verb = "need" if len(moe_only) > 1 else "needs"
+        problems.append(f"recompute_modules {'+'.join(moe_only)} {verb} a mixture-of-experts model")
     elif RecomputeModule.shared_experts in modules and model.moe is not None and not model.moe.shared_experts:
         problems.append("recompute_modules shared_experts: the model has no shared experts")
     if RecomputeModule.mla_up_proj in modules and model.attention.kind != "mla":
