@@ -165,6 +165,21 @@ PLANS += (
     ),
 )
 
+_NO_MODULES = "with no module list"
+PLANS += (
+    Plan(  # Megatron-Core's --recompute-modules: the norms' outputs and the dense MLPs re-run, besides the core
+        "70b-tp8-zero1-selective-modules-sp",
+        "llama3.1-70b",
+        "tp=8,dp=8,mb=1,ga=4,sharding=zero1,recompute=selective:core_attn+layernorm+mlp,sp",
+        refused={
+            "torchtitan@0.3.0": _NO_MODULES,
+            "torchtitan@0.2.2": _NO_MODULES,
+            "deepspeed": _NO_MODULES,
+            "accelerate": _NO_MODULES,
+        },
+    ),
+)
+
 LAUNCHERS = ("megatron", "megatron-bridge", "torchtitan@0.3.0", "torchtitan@0.2.2", "deepspeed", "accelerate")
 
 
@@ -199,4 +214,6 @@ MOE_PLANS = [
     MoePlan("llama4-maverick", "tp=8,dp=2,ep=16,ga=8,sp"),  # top-1, shared expert, every other layer MoE
     MoePlan("grok-1", "tp=4,pp=2,dp=2,ep=2,etp=4,ga=8,sp"),  # dgxc-benchmarking's Grok-1 degrees, smaller
     MoePlan("gpt-oss-120b", "pp=4,vp=3,dp=16,ep=8,ga=80"),  # Megatron-Bridge's H100 recipe: windows, sinks, biases
+    # and its recomputation (perf_recipes/gpt_oss/h100/gpt_oss.py: recompute_modules ["layernorm", "moe_act"])
+    MoePlan("gpt-oss-120b", "pp=4,vp=3,dp=16,ep=8,ga=80,recompute=selective:layernorm+moe_act"),
 ]

@@ -74,6 +74,8 @@ def test_megatron_keeps_what_the_memory_model_counts(plan):
     assert float(flags["--attention-dropout"][0]) == float(flags["--hidden-dropout"][0]) == dropout
     granularity = flags.get("--recompute-granularity", ["none"])[0]
     assert granularity == plan.lay.recompute.value
+    modules = [m.value for m in plan.lay.recompute_modules] if plan.lay.recompute_modules else None
+    assert flags.get("--recompute-modules") == modules  # absent: Megatron's default, core_attn
     if plan.lay.recompute is Recompute.full and plan.lay.recompute_layers is None:  # every layer, only its input kept
         assert flags["--recompute-method"] == ["uniform"] and flags["--recompute-num-layers"] == ["1"]
     elif plan.lay.recompute is Recompute.full:  # the first N layers of each model chunk, the rest keep everything
@@ -100,6 +102,9 @@ def test_megatron_bridge_keeps_what_the_memory_model_counts(plan):
     assert values["model.recompute_granularity"] == {"none": "null"}.get(
         plan.lay.recompute.value, plan.lay.recompute.value
     )
+    if plan.lay.recompute is Recompute.selective:  # Megatron's default set when the plan names none
+        modules = plan.lay.recompute_modules or ("core_attn",)
+        assert values["model.recompute_modules"] == "[" + ",".join(modules) + "]"
 
 
 @pytest.mark.parametrize("plan", PLANS, ids=IDS)

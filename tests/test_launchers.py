@@ -116,6 +116,7 @@ def _megatron_configs(plan: Plan, args: list[str]):
         "pipeline_model_parallel_layout": one.get("--pipeline-model-parallel-layout"),
         "recompute_granularity": one.get("--recompute-granularity"),
         "recompute_method": one.get("--recompute-method"),
+        "recompute_modules": flags.get("--recompute-modules"),  # nargs "+"; absent: the default, core_attn
         "recompute_num_layers": int(one["--recompute-num-layers"]) if "--recompute-num-layers" in one else None,
         "attention_dropout": float(one["--attention-dropout"]),
         "hidden_dropout": float(one["--hidden-dropout"]),
@@ -169,6 +170,8 @@ def test_megatron_flags_build_megatron_core_configs(plan):
     if plan.precision == "fp8":  # the recipe planned, or megatron-core's default (per-tensor delayed scaling)
         assert (config.fp8, config.fp8_recipe) == ("e4m3" if plan.fp8_recipe == "mxfp8" else "hybrid",
                                                    plan.fp8_recipe or "delayed")  # fmt: skip
+    if lay.recompute.value == "selective":  # Megatron-Core's default set when the plan names none
+        assert config.recompute_modules == [str(m) for m in lay.recompute_modules or ("core_attn",)]
     if lay.recompute.value == "full":  # every layer (uniform, 1 a unit), or the first N of each chunk (block)
         block = ("uniform", 1) if lay.recompute_layers is None else ("block", lay.recompute_layers)
         assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == ("full", *block)

@@ -108,6 +108,8 @@ def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
         "window_attn_skip_freq": eval(one["--window-attn-skip-freq"]) if "--window-attn-skip-freq" in one else None,
         "softmax_type": one.get("--softmax-type", "vanilla"),
         "qk_layernorm": "--qk-layernorm" in flags,
+        "recompute_granularity": one.get("--recompute-granularity"),
+        "recompute_modules": flags.get("--recompute-modules"),  # moe_act: only with the grouped GEMM
     }
     if lay.vp > 1 and "--pipeline-model-parallel-layout" not in one:
         kw["virtual_pipeline_model_parallel_size"] = lay.vp
@@ -125,6 +127,8 @@ def test_moe_flags_build_megatron_core_configs(plan: MoePlan) -> None:
     is_moe = [i % freq == 0 for i in range(model.layers)] if isinstance(freq, int) else [bool(f) for f in freq]
     assert is_moe == list(model.moe_layer_flags)
     assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (lay.ep, lay.etp)
+    if lay.recompute_modules:
+        assert config.recompute_modules == [m.value for m in lay.recompute_modules]
     assert config.moe_router_score_function == moe.router_score
     assert config.moe_router_enable_expert_bias == (moe.router_score == "sigmoid" and bool(moe.router_bias))
     assert (config.moe_router_num_groups, config.moe_router_group_topk) == (moe.router_groups, moe.router_group_top_k)

@@ -110,16 +110,24 @@ class AttentionActivations:
 
 
 def attention_activation_bytes(
-    model: ModelSpec, tokens: float, seq_len: int, tp: int, naive: bool, selective: bool, dropout: bool
+    model: ModelSpec,
+    tokens: float,
+    seq_len: int,
+    tp: int,
+    naive: bool,
+    selective: bool,
+    dropout: bool,
+    up_proj: bool = False,
 ) -> AttentionActivations:
     """Attention's saved tensors (Korthikanti et al. 2022 generalized to GQA; MLA's up-projection outputs and
     latents; the inputs of Qwen3's query/key norms); `selective` drops the core's internals (recomputed from Q, K,
-    V)."""
+    V); `up_proj` (MLA, Megatron's `mla_up_proj`) drops the up projections' Q, K, V (recomputed from the latents
+    before the core's backward)."""
     drop = 1 if dropout else 0
     if model.attention.kind == "mla":
         att, n = model.attention, model.heads
         qk, v = n * model.head_size, model.value_width
-        qkv = ACT_BYTES * tokens * (2 * qk + v)  # Q, K (rotary key broadcast to the heads), V
+        qkv = 0.0 if up_proj else ACT_BYTES * tokens * (2 * qk + v)  # Q, K (rotary key broadcast to the heads), V
         proj_in = ACT_BYTES * tokens * v
         q_rank, kv_rank, rope = att.q_lora_rank or 0, att.kv_lora_rank or 0, att.qk_rope_head_dim or 0
         latents = ACT_BYTES * tokens * (2 * q_rank + (kv_rank + rope) + kv_rank)  # down outputs and normed latents

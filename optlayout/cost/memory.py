@@ -26,6 +26,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
+from optlayout.layout.recompute import RecomputeModule
 from optlayout.layout.stages import ChunkKinds, rank_chunk_kinds, rank_chunk_recomputed, rank_chunk_sizes, rank_kinds
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
@@ -177,13 +178,19 @@ def activation_bytes_per_layer(
     if layout.recompute == Recompute.full:
         # only the layer input is kept (sequence-sharded with SP, as Megatron's distribute-saved-activations)
         return ACT_BYTES * tokens * h / (t if layout.sequence_parallel else 1)
-    # Kept whole on every TP rank unless sequence parallel: 2 norm inputs, QKV and MLP inputs, dropout masks.
-    replicated = ACT_BYTES * tokens * h * 4 + tokens * h * 2 * dropout
+    modules = layout.selective_modules
+    # Kept whole on every TP rank unless sequence parallel: 2 norm inputs, QKV and MLP inputs (the norms' outputs,
+    # which `layernorm` recomputation drops), dropout masks.
+    norm_outputs = 0 if RecomputeModule.layernorm in modules else 2
+    replicated = ACT_BYTES * tokens * h * (2 + norm_outputs) + tokens * h * 2 * dropout
     # Split over TP: Q, K, V; attention internals; output-projection input; MLP internals.
-    naive, selective = job.attention_kernel == "naive", layout.recompute == Recompute.selective
-    attention = attention_activation_bytes(model, tokens, s, t, naive, selective, job.dropout)
+    naive, selective = job.attention_kernel == "naive", RecomputeModule.core_attn in modules
+    attention = attention_activation_bytes(model, tokens, s, t, naive, selective, job.dropout,
+                                           RecomputeModule.mla_up_proj in modules)  # fmt: skip
     if kind.moe:
         ffn, per_gpu = moe_activation_bytes(model, job, layout, params or DEFAULT_PARAMS)
+    elif RecomputeModule.mlp in modules:  # the dense MLP re-run from its input: none of its internals kept
+        ffn, per_gpu = 0.0, 0.0
     else:
         ffn, per_gpu = ACT_BYTES * tokens * f * MLP_SAVED_VALUES[model.mlp], 0.0  # SwiGLU: gate, up, product
     split = attention.split + ffn
@@ -430,12 +437,13 @@ def _per_kind_activation_bytes(
     """`activation_bytes_per_layer` of every layer kind of the model (the MTP block's too), through the memo; with
     `recompute`, of the layout recomputing so instead."""
     recompute = layout.recompute if recompute is None else recompute
+    modules = layout.recompute_modules if recompute == layout.recompute else None
     akey = ("act", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
-            recompute)  # fmt: skip
+            recompute, modules)  # fmt: skip
     per_kind: dict[LayerKind, float] | None = memo.get(akey) if memo is not None else None
     if per_kind is None:
         if recompute != layout.recompute:
-            layout = layout.model_copy(update={"recompute": recompute})
+            layout = layout.model_copy(update={"recompute": recompute, "recompute_modules": None})
         kinds = {*model.layer_kinds, mtp_kind(model)}
         per_kind = {k: activation_bytes_per_layer(model, job, layout, k, params) for k in kinds}
         if memo is not None:

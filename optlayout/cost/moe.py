@@ -25,6 +25,7 @@ from typing import Any
 from optlayout.cost import comm
 from optlayout.cost.attention import ACT_BYTES
 from optlayout.cost.params import CostParams
+from optlayout.layout.recompute import RecomputeModule
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute
 
 MLP_SAVED_VALUES = {"swiglu": 3, "gelu": 2, "relu2": 2}  # FFN internals kept per unit of width (fused SwiGLU: 3)
@@ -58,6 +59,7 @@ class MoeTimes:
     elementwise_s: float  # expert activations, (un)permutation, router softmax/top-k, FP8 casts
     comm_fwd_s: float  # dispatch and combine all-to-all, expert-TP gather and reduce-scatter
     comm_bwd_s: float
+    activation_s: float = 0.0  # the routed experts' activation function alone (what `moe_act` recomputes)
 
 
 def grouped_gemm_s(
@@ -111,7 +113,9 @@ def routed_times(
     casts = params.fp8_cast_bytes_per_element * rows * (h + width) if job.precision == "fp8" else 0.0
     elementwise = (permute + router + ffn_bytes + casts) / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
     fwd, bwd = _comm_s(model, job, layout, links, params, t_loc, load)
-    routed = MoeTimes(gemms, elementwise + 6 * params.kernel_overhead_s, fwd, bwd)
+    hbm = gpu.hbm_bandwidth_Bps * params.hbm_efficiency
+    routed = MoeTimes(gemms, elementwise + 6 * params.kernel_overhead_s, fwd, bwd,
+                      ffn_bytes / hbm + params.kernel_overhead_s)  # fmt: skip
     if memo is not None:
         memo[key] = routed
     return routed
@@ -154,10 +158,11 @@ def _comm_s(
 
 def overlap_allowed(job: JobSpec, layout: Layout, any_pipeline: bool = False) -> bool:
     """Megatron's --overlap-moe-expert-parallel-comm applies: asked for, ep > 1, vp > 1 when pp > 1, no full
-    recomputation (transformer_config.py L3002-3046, moe.md 1.3); `any_pipeline` drops the pipeline rule (for a
-    bound over every pp and vp)."""
+    recomputation and no `moe` among the recomputed modules (transformer_config.py L3002-3046, moe.md 1.3);
+    `any_pipeline` drops the pipeline rule (for a bound over every pp and vp)."""
     pipeline_ok = any_pipeline or layout.pp == 1 or layout.vp > 1
-    return job.moe_ep_overlap and layout.ep > 1 and pipeline_ok and layout.recompute != Recompute.full
+    return (job.moe_ep_overlap and layout.ep > 1 and pipeline_ok and layout.recompute != Recompute.full
+            and RecomputeModule.moe not in layout.selective_modules)  # fmt: skip
 
 
 def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool) -> float:
@@ -169,7 +174,10 @@ def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool) -> float:
 def moe_activation_bytes(model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams) -> tuple[float, float]:
     """(split over TP, per GPU) bytes the MoE FFN block keeps for backward per micro-batch: the shared experts'
     internals split over TP like a dense MLP; the router's outputs, the permuted tokens, the routed experts'
-    internals (expert width over etp) and the combine output per GPU (ModelZoo's estimator, moe.md 5.7)."""
+    internals (expert width over etp) and the combine output per GPU (ModelZoo's estimator, moe.md 5.7).
+    Selective recomputation's modules drop what they re-run: `moe` the whole block (only its input, the pre-MLP
+    norm's output, stays), `shared_experts` the shared experts' internals, `moe_act` the routed activation's
+    output (fc2's input)."""
     moe = model.moe
     assert moe is not None
     h, k, experts = model.hidden, moe.top_k, moe.experts
@@ -177,13 +185,19 @@ def moe_activation_bytes(model: ModelSpec, job: JobSpec, layout: Layout, params:
     t_loc = local_tokens(job, layout)
     rows = t_loc * k * layout.etp * imbalance(job, params)
     values = MLP_SAVED_VALUES[model.mlp]
+    modules = layout.selective_modules
+    if RecomputeModule.moe in modules:
+        return 0.0, 0.0
     shared = ACT_BYTES * tokens * moe.shared_experts * moe.shared_width * values
+    if RecomputeModule.shared_experts in modules:
+        shared = 0.0
     router = t_loc * experts * (ACT_BYTES + 8)  # probabilities (16-bit) and the int64 routing map
     width = moe.expert_ffn / layout.etp
     # the grouped GEMMs' inputs (permuted tokens, activation output) are kept in FP8 by FP8 jobs (Megatron MoE
     # README "FP8 Training": FP8 storage of linear inputs, "50% activation reduction"); fc1's output in 16 bits
     gemm_input = 1.0 if job.precision == "fp8" else float(ACT_BYTES)
-    routed = rows * (gemm_input * (h + width) + ACT_BYTES * width * (values - 1))
+    act_out = 0.0 if RecomputeModule.moe_act in modules else gemm_input * width  # the activation's output
+    routed = rows * (gemm_input * h + act_out + ACT_BYTES * width * (values - 1))
     combine = ACT_BYTES * t_loc * k * h
     return shared, router + routed + combine
 

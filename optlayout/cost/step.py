@@ -20,6 +20,7 @@ from typing import Any
 
 from optlayout.cost import comm
 from optlayout.cost.attention import (
+    ACT_BYTES,
     DENSE_LAYER,
     LayerKind,
     attention_gemm_shapes,
@@ -32,6 +33,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
 from optlayout.cost.params import CostParams
+from optlayout.layout.recompute import RecomputeModule
 from optlayout.layout.stages import rank_kinds, rank_recomputed_kinds
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
@@ -114,9 +116,27 @@ class LayerTimes:
     cp_comm_fwd_s: float
     ep_comm_fwd_s: float = 0.0  # MoE token exchange (all-to-all, expert-TP gathers), forward
     ep_comm_bwd_s: float = 0.0
+    modules: tuple[ModuleTimes, ...] = ()  # what each module selective recomputation can re-run costs
 
     def forward_compute_s(self) -> float:
         return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s
+
+    def recomputed(self, modules: frozenset[RecomputeModule]) -> tuple[float, float, float]:
+        """(compute, TP collective, MoE token exchange) seconds of the forward that selective recomputation of
+        `modules` repeats in this layer's backward."""
+        picked = [m for m in self.modules if m.module in modules]
+        return (sum(m.compute_s for m in picked), sum(m.tp_comm_s for m in picked),
+                sum(m.ep_comm_s for m in picked))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ModuleTimes:
+    """One module's forward in one layer, one micro-batch, one GPU (seconds): what recomputing it repeats."""
+
+    module: RecomputeModule
+    compute_s: float
+    tp_comm_s: float = 0.0  # its TP collectives (before overlap)
+    ep_comm_s: float = 0.0  # its MoE token exchange
 
 
 def layer_times(
@@ -140,9 +160,13 @@ def layer_times(
     if not kind.moe:
         return base
     routed = routed_times(model, job, layout, gpu, links, params, memo)
+    shared = next((m for m in base.modules if m.module == RecomputeModule.shared_experts), None)
+    block = ModuleTimes(RecomputeModule.moe, routed.gemm_s + routed.elementwise_s + (shared.compute_s if shared else 0),
+                        shared.tp_comm_s if shared else 0.0, routed.comm_fwd_s)  # fmt: skip
+    act = ModuleTimes(RecomputeModule.moe_act, routed.activation_s)
     return LayerTimes(base.gemm_fwd_s + routed.gemm_s, base.attention_fwd_s, base.attention_bwd_s,
                       base.elementwise_fwd_s + routed.elementwise_s, base.tp_comm_fwd_s, base.cp_comm_fwd_s,
-                      routed.comm_fwd_s, routed.comm_bwd_s)  # fmt: skip
+                      routed.comm_fwd_s, routed.comm_bwd_s, (*base.modules, block, act))  # fmt: skip
 
 
 def _layer_base(
@@ -166,9 +190,8 @@ def _layer_base(
     ffn_width = (f if moe is None or not kind.moe else moe.shared_experts * moe.shared_width) / t
     if ffn_width:
         shapes += [((model.mlp_matrices - 1) * ffn_width, h), (h, ffn_width)]
-    gemms = 0.0
-    for n, k in shapes:
-        gemms += gemm_s(tokens, n, k, gemm_rate, gpu, params)
+    shape_s = [gemm_s(tokens, n, k, gemm_rate, gpu, params) for n, k in shapes]
+    gemms = sum(shape_s)
     score, value = core_widths(model, t)
     ctx = context(model, job.seq_len, job.causal, kind)
     # each CP rank's queries see the whole sequence (ring attention)
@@ -213,7 +236,23 @@ def _layer_base(
     # CP ring attention: each of cp-1 steps passes this rank's K and V chunk to its neighbour.
     kv_chunk = 2.0 * 2.0 * tokens * kv_rank
     cp_comm = (layout.cp - 1) * comm.p2p_s(kv_chunk, links.cp, params.collective_efficiency)
-    return LayerTimes(gemms, attention, attention_bwd, elementwise, tp_comm, cp_comm)
+    one_collective = tp_comm / tp_collectives
+    # the modules selective recomputation re-runs: the core; the 2 norms (read and write 2 B each, the norms'
+    # share of elementwise_bytes_per_token_hidden); the dense MLP or the shared experts (their GEMMs, activation
+    # and TP collective); MLA's up projections (their GEMMs, and RoPE reading and writing Q and K)
+    modules = [ModuleTimes(RecomputeModule.core_attn, attention),
+               ModuleTimes(RecomputeModule.layernorm, 2 * 2 * ACT_BYTES * tokens * h / sp_div / hbm
+                           + 2 * params.kernel_overhead_s)]  # fmt: skip
+    if ffn_width:
+        ffn_s = sum(shape_s[-2:]) + tokens * ffn_width * params.elementwise_bytes_per_token_ffn / hbm
+        ffn_s += (3 if shared_block else 1) * params.kernel_overhead_s
+        modules.append(ModuleTimes(RecomputeModule.shared_experts if kind.moe else RecomputeModule.mlp, ffn_s,
+                                   one_collective))  # fmt: skip
+    if model.attention.kind == "mla":
+        q_up = 1 if model.attention.q_lora_rank else 0  # the query's up projection (none without a query LoRA)
+        up_s = shape_s[q_up] * q_up + shape_s[q_up + 2] + 2 * ACT_BYTES * tokens * 2 * score / hbm
+        modules.append(ModuleTimes(RecomputeModule.mla_up_proj, up_s + (1 + q_up) * params.kernel_overhead_s))
+    return LayerTimes(gemms, attention, attention_bwd, elementwise, tp_comm, cp_comm, modules=tuple(modules))
 
 
 @dataclass(frozen=True)
@@ -262,14 +301,18 @@ def stage_times(
         bwd = 2 * lt.gemm_fwd_s + lt.attention_bwd_s
         bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
         ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
-        if layout.recompute == Recompute.selective:
-            bwd += lt.attention_fwd_s
+        if layout.recompute == Recompute.selective:  # the modules' forwards again, their collectives and exchange
+            compute_again_s, tp_again_s, ep_again_s = lt.recomputed(layout.selective_modules)
+            bwd += compute_again_s
+            ep_comm += ep_again_s
+        else:
+            tp_again_s = 0.0
         # full recomputation re-runs the forward of `rerun_count` layers: its compute, its TP collectives, and
         # the MoE token exchange (the recomputed forward dispatches and combines again)
         share = rerun_count / count if count else 0.0
         bwd += share * fwd
         ep_comm += share * lt.ep_comm_fwd_s
-        tp = (1 - params.tp_comm_overlap) * lt.tp_comm_fwd_s * (2.0 + share)  # forward, backward, recomputed
+        tp = (1 - params.tp_comm_overlap) * (lt.tp_comm_fwd_s * (2.0 + share) + tp_again_s)  # fwd, bwd, recomputed
         # Ring attention hides each step's K/V exchange under the attention of the chunk already received, step
         # by step: cp steps of equal work (load-balanced causal split), cp - 1 exchanges; the backward sends K/V
         # and their gradients.
@@ -477,8 +520,8 @@ def _slowest_stage(
     """The slowest stage's times per micro-batch and the layers it holds, through the memo: they depend on the
     layer-times key, the recomputation and the stage split only (not on dp, accumulation or sharding)."""
     key = ("slowest", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp,
-           layout.recompute, layout.recompute_layers, layout.pp, layout.vp, layout.first_stage_layers,
-           layout.last_stage_layers)  # fmt: skip
+           layout.recompute, layout.recompute_modules, layout.recompute_layers, layout.pp, layout.vp,
+           layout.first_stage_layers, layout.last_stage_layers)  # fmt: skip
     found: tuple[StageTimes, int] | None = memo.get(key) if memo is not None else None
     if found is None:
         stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r), layers)
@@ -557,7 +600,7 @@ def _stage(
     if overlapped is None:
         overlapped = overlap_allowed(job, layout)
     lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
-    skey = (*lkey, layout.recompute, overlapped, mix, last, recomputed)
+    skey = (*lkey, layout.recompute, layout.recompute_modules, overlapped, mix, last, recomputed)
     st = memo.get(skey) if memo is not None else None
     if st is None:
 

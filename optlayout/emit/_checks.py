@@ -170,3 +170,11 @@ def fsdp2_fits_plan(
 def no_dropout(job: JobSpec, who: str, why: str) -> None:
     if job.dropout:
         raise UnsupportedError(f"{who}: the plan counted dropout masks, but {why}")
+
+
+def no_recompute_modules(layout: Layout, who: str, why: str) -> None:
+    """Refuse a selective module set (Megatron's --recompute-modules) a launcher cannot express."""
+    if layout.recompute_modules is not None:
+        modules = "+".join(m.value for m in layout.recompute_modules)
+        raise UnsupportedError(f"{who}: recompute=selective:{modules}: {why}; plan with recompute=selective "
+                               "(the attention core) or recompute=full")  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from optlayout.emit._checks import dp_split, fsdp2_fits_plan, global_batch, node_count
+from optlayout.emit._checks import dp_split, fsdp2_fits_plan, global_batch, no_recompute_modules, node_count
 from optlayout.errors import UnsupportedError
 from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
@@ -32,6 +32,7 @@ def accelerate_config(
 ) -> dict[str, Any]:
     """The config as a dict (yaml.safe_dump-ready); `hostnames` names the nodes, the first runs the main process."""
     global_batch(job, layout, _WHO)
+    no_recompute_modules(layout, _WHO, "fsdp_activation_checkpointing wraps whole layers, with no module list")
     nodes, _ = node_count(layout, gpus_per_node, _WHO)
     if layout.pp > 1:
         raise UnsupportedError(f"{_WHO}: no pipeline parallelism in Accelerate's ParallelismConfig (pp={layout.pp})")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
+from optlayout.emit._checks import global_batch, gradient_dtype, no_recompute_modules, node_count, stage_layers
 from optlayout.errors import UnsupportedError
 from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
@@ -40,6 +40,7 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
             "not in the JSON config this emits; emit megatron, megatron-bridge or torchtitan for an MoE plan"
         )
     batch = global_batch(job, layout, _WHO)
+    no_recompute_modules(layout, _WHO, "DeepSpeed's activation checkpointing wraps whole layers, with no module list")
     node_count(layout, gpus_per_node, _WHO)
     stage = ZERO_STAGE[layout.sharding]
     if layout.cp > 1:

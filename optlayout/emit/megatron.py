@@ -22,7 +22,7 @@ from optlayout.emit._checks import global_batch, gradient_dtype, node_count, sta
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
 from optlayout.errors import OptlayoutError, UnsupportedError
 from optlayout.layout.stages import chunk_layer_counts, vp_fits
-from optlayout.layout.text import format_layout
+from optlayout.layout.text import format_layout, recompute_text
 from optlayout.model import MoeSpec
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
@@ -118,8 +118,8 @@ def _moe_problems(model: ModelSpec, job: JobSpec, layout: Layout, problems: list
         _rule(problems, etp * ep > 1, "the flex token dispatcher needs expert_tensor_parallel_size x "
               "expert_model_parallel_size > 1 (token_dispatcher.py)", f"etp={etp}, ep={ep}")  # fmt: skip
     if job.moe_ep_overlap:
-        rule = ("--overlap-moe-expert-parallel-comm needs ep > 1, vp > 1 when pp > 1, no full recomputation, at most "
-                "one MTP layer (transformer_config.py L3002-3046)")  # fmt: skip
+        rule = ("--overlap-moe-expert-parallel-comm needs ep > 1, vp > 1 when pp > 1, no full recomputation, no moe "
+                "recompute module, at most one MTP layer (transformer_config.py L3002-3046)")  # fmt: skip
         _rule(problems, overlap_allowed(job, layout) and model.mtp_layers <= 1, rule, format_layout(layout))
 
 
@@ -239,8 +239,10 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
     if order != DEFAULT_ORDER:
         flags.append(("--use-tp-pp-dp-mapping",))
     flags += _sharding_flags(layout, fsdp_impl)
-    if layout.recompute is Recompute.selective:
+    if layout.recompute is Recompute.selective:  # the modules: nargs "+" (argument_utils.py); default core_attn
         flags.append(("--recompute-granularity", "selective"))
+        if layout.recompute_modules is not None:
+            flags.append(("--recompute-modules", *(m.value for m in layout.recompute_modules)))
     elif layout.recompute is Recompute.full:  # block: the first N layers of each model chunk; uniform 1: all
         method, layers = ("uniform", 1) if layout.recompute_layers is None else ("block", layout.recompute_layers)
         flags += [
@@ -500,7 +502,7 @@ def megatron_notes(
         f"{shlex.join(quoted) + ' ' if quoted else ''}<data, tokenizer, optimizer and checkpoint flags>",
         f"env: {env}",
         f"memory as planned: {grads} gradient buffers, dropout {'0.1' if job.dropout else 'off'}, "
-        f"recompute {layout.recompute.value}, no offloading",
+        f"recompute {recompute_text(layout)}, no offloading",
     ]
 
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, qwen3_moe_flavor, stage_layers
 from optlayout.emit.megatron import fp8_format_and_recipe, megatron_problems, pipeline_layout_string
 from optlayout.errors import UnsupportedError
-from optlayout.layout.text import format_layout
+from optlayout.layout.recompute import DEFAULT_MODULES
+from optlayout.layout.text import format_layout, recompute_text
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, RopeScaling, Sharding
 
 BRIDGE_VERSION = "0.3.1"
@@ -154,7 +155,7 @@ def _recompute(layout: Layout) -> list[str]:
         return [
             "model.recompute_granularity=selective",
             "model.recompute_method=null",
-            "model.recompute_modules=[core_attn]",
+            f"model.recompute_modules=[{','.join(m.value for m in layout.recompute_modules or DEFAULT_MODULES)}]",
         ]
     if layout.recompute is Recompute.full:
         method, layers = ("uniform", 1) if layout.recompute_layers is None else ("block", layout.recompute_layers)
@@ -187,5 +188,5 @@ def bridge_notes(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: 
         "the recipe reads the model from its Hugging Face config (AutoBridge.from_hf_pretrained) and trains on mock "
         "data with a NullTokenizer until you set dataset.blend and the tokenizer",
         f"memory as planned: {'fp32' if grads == 'true' else '16-bit'} gradient buffers, dropout "
-        f"{'0.1' if job.dropout else 'off'}, recompute {layout.recompute.value}, no offloading",
+        f"{'0.1' if job.dropout else 'off'}, recompute {recompute_text(layout)}, no offloading",
     ]

@@ -33,6 +33,7 @@ from optlayout.emit._checks import (
     fsdp2_fits_plan,
     global_batch,
     no_dropout,
+    no_recompute_modules,
     node_count,
     qwen3_moe_flavor,
     stage_layers,
@@ -124,6 +125,12 @@ def torchtitan_config(
     writes the same values as 0.3.0 code)."""
     version = _check_version(version)
     global_batch(job, layout, _WHO)
+    no_recompute_modules(
+        layout,
+        _WHO,
+        "torchtitan's selective activation checkpointing is per operator (selective_ac_option=op) or per layer, "
+        "with no module list",
+    )
     node_count(layout, gpus_per_node, _WHO)
     tt = torchtitan_model(model)
     if job.precision == "fp16":

@@ -84,6 +84,10 @@ class Axis:
             if text in _FALSE:
                 return False
             raise ValueError("must be true or false")
+        if self.kind is tuple:  # a module set (`recompute_modules`)
+            from optlayout.layout.recompute import parse_modules
+
+            return parse_modules(raw)
         if issubclass(self.kind, StrEnum):
             try:
                 return self.kind(str(raw).strip().lower())
@@ -105,6 +109,10 @@ class Axis:
             return None
         if self.kind is bool:
             return self.key if value else None
+        if self.kind is tuple:
+            from optlayout.layout.recompute import format_modules
+
+            return f"{self.key}={format_modules(value)}"  # type: ignore[arg-type]
         return f"{self.key}={getattr(value, 'value', value)}"
 
 
@@ -116,7 +124,7 @@ def declared_axes(layout_type: type[Layout]) -> tuple[Axis, ...]:
         if axis is None:
             raise TypeError(f"Layout.{name} has no Axis declaration")
         kind = _base_type(info.annotation)
-        choices = tuple(m.value for m in kind) if issubclass(kind, StrEnum) else ()
+        choices = tuple(m.value for m in kind) if isinstance(kind, type) and issubclass(kind, StrEnum) else ()
         label = axis.label or axis.key
         maximum = _maximum([*info.metadata, *_annotated_metadata(info.annotation)])
         out.append(replace(axis, name=name, kind=kind, default=info.default, choices=choices, label=label,
@@ -155,6 +163,8 @@ def _base_type(annotation: object) -> type:
         return _base_type(get_args(annotation)[0])
     if get_origin(annotation) in (Union, types.UnionType):
         return _base_type(next(a for a in get_args(annotation) if a is not type(None)))
+    if get_origin(annotation) is tuple:
+        return tuple
     if isinstance(annotation, type):
         return annotation
     raise TypeError(f"unsupported axis type {annotation!r}")

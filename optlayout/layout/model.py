@@ -6,11 +6,12 @@ from enum import StrEnum
 from math import prod
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS
 from optlayout.inputs.numbers import Count
 from optlayout.layout.axes import Axis, declared_axes
+from optlayout.layout.recompute import DEFAULT_MODULES, RecomputeModule, canonical_modules
 from optlayout.layout.rules import field_conflicts
 
 
@@ -27,7 +28,7 @@ class Recompute(StrEnum):
     """Activation recomputation (Korthikanti et al. 2022)."""
 
     none = "none"
-    selective = "selective"  # attention core recomputed
+    selective = "selective"  # the modules of `recompute_modules` recomputed (default: the attention core)
     full = "full"  # whole layer recomputed; only its input is kept
 
 
@@ -74,6 +75,14 @@ class Layout(BaseModel):
         Axis("rl", "layers per model chunk recomputed with recompute=full (Megatron's block method; default all)",
              aliases=("recompute_num_layers",), shown="not_default", label="recomputed layers"),
     ] = None  # fmt: skip
+    recompute_modules: Annotated[
+        tuple[RecomputeModule, ...] | None,
+        Field(description="with recompute=selective, the modules recomputed (Megatron's --recompute-modules); "
+                          "null: core_attn, Megatron's default"),
+        Axis("rm", "modules selective recomputation re-runs, joined by '+' (default core_attn; text form "
+             "recompute=selective:core_attn+moe_act)", aliases=("recompute_modules",), shown="not_default",
+             label="recomputed modules"),
+    ] = None  # fmt: skip
     sequence_parallel: Annotated[
         bool, Axis("sp", "sequence-parallel norms and dropout", shown="not_default", label="SP")
     ] = False
@@ -87,6 +96,18 @@ class Layout(BaseModel):
         Field(description="layers on the last pipeline stage (uneven split)"),
         Axis("last", "layers on the last stage", searched=False, shown="not_default", checkpoint="reshards"),
     ] = None
+
+    @field_validator("recompute_modules", mode="after")
+    @classmethod
+    def _canonical_modules(cls, value: tuple[RecomputeModule, ...] | None) -> tuple[RecomputeModule, ...] | None:
+        """Sorted and repeat-free; Megatron's default set is written as None, so `recompute=selective` and
+        `recompute=selective:core_attn` are one layout."""
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("recompute_modules needs at least one module (none recomputed is recompute=none)")
+        modules = canonical_modules(value)
+        return None if modules == DEFAULT_MODULES else modules
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
@@ -105,6 +126,13 @@ class Layout(BaseModel):
         _set_extra(obj, None)
         _set_private(obj, None)
         return obj
+
+    @property
+    def selective_modules(self) -> frozenset[RecomputeModule]:
+        """The modules recomputed by selective recomputation (empty unless recompute=selective)."""
+        if self.recompute != Recompute.selective:
+            return frozenset()
+        return frozenset(self.recompute_modules or DEFAULT_MODULES)
 
     @property
     def gpus(self) -> int:

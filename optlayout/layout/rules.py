@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from optlayout.errors import InputError
+from optlayout.layout.recompute import module_problems
 from optlayout.layout.stages import chunk_layer_counts, stage_split, vp_fits
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ def field_conflicts(values: Mapping[str, object]) -> list[str]:
         problems.append("vp > 1 needs pp > 1")
     if values.get("recompute_layers") is not None and values.get("recompute", "full") != "full":
         problems.append("recompute_layers needs recompute=full")
+    if values.get("recompute_modules") is not None and values.get("recompute", "selective") != "selective":
+        problems.append("recompute_modules needs recompute=selective")
     if pp == 1 and (values.get("first_stage_layers") or values.get("last_stage_layers")):
         problems.append("first_stage_layers/last_stage_layers need pp > 1")
     cp, dp, ep, etp = values.get("cp"), values.get("dp"), values.get("ep"), values.get("etp")
@@ -102,6 +105,8 @@ def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -
         product = "*".join(a.key for a in GRID_AXES)
         problems.append(f"{product} = {layout.gpus} but the cluster has {gpus} GPUs")
     problems += expert_problems(model, layout)
+    if layout.recompute_modules is not None:
+        problems += module_problems(model, layout.recompute_modules)
     if model.heads % layout.tp:
         problems.append(f"heads ({model.heads}) not divisible by tp ({layout.tp})")
     if model.kv_heads % layout.tp and layout.tp % model.kv_heads:

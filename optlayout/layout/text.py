@@ -1,4 +1,7 @@
-"""The one-line layout text (`tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,recompute=selective,sp`) both ways."""
+"""The one-line layout text (`tp=8,pp=4,dp=2,mb=1,ga=16,sharding=zero1,recompute=selective,sp`) both ways.
+
+Selective recomputation's modules ride on its value: `recompute=selective:core_attn+moe_act` (`rm=...` is
+accepted too); plain `recompute=selective` is Megatron's default set, the attention core."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import AXES, Layout
+from optlayout.layout.recompute import format_modules
 
 KEYS: dict[str, Axis] = {key: axis for axis in AXES for key in axis.keys}
 """Every accepted spelling -> its axis."""
@@ -27,10 +31,20 @@ def parse_layout(text: str) -> Layout:
         axis = KEYS.get(key.lower())
         if axis is None:
             raise InputError(f"layout: unknown key {key!r} (known: {', '.join(KEYS)})")
-        if axis.name in fields:
+        if axis.name in fields and axis.name != "recompute_modules":
             raise InputError(f"layout: key {key!r} given twice")
         if not sep and axis.kind is not bool:
             raise InputError(f"layout: key {key!r} needs a value ({key}=...)")
+        if axis.name == "recompute" and ":" in raw:  # recompute=selective:core_attn+moe_act
+            raw, _, modules = raw.partition(":")
+            if "recompute_modules" in fields:
+                raise InputError(f"layout: recompute modules given twice ({part!r})")
+            try:
+                fields["recompute_modules"] = KEYS["rm"].parse(modules)
+            except ValueError as exc:
+                raise InputError(f"layout: recompute modules {exc} (got {modules!r})") from None
+        elif axis.name == "recompute_modules" and axis.name in fields:
+            raise InputError(f"layout: recompute modules given twice ({part!r})")
         try:
             fields[axis.name] = axis.parse(raw if sep else "true")
         except ValueError as exc:
@@ -43,7 +57,20 @@ def parse_layout(text: str) -> Layout:
 
 def format_layout(layout: Layout) -> str:
     """The compact form, which `parse_layout` reads back: `parse_layout(format_layout(x)) == x`."""
-    return ",".join(t for a in AXES if (t := a.text(getattr(layout, a.name))) is not None)
+    parts = []
+    for axis in AXES:
+        if axis.name == "recompute":  # the modules ride on its value: recompute=selective:core_attn+mlp
+            parts.append(f"{axis.key}={recompute_text(layout)}")
+        elif axis.name != "recompute_modules" and (text := axis.text(getattr(layout, axis.name))) is not None:
+            parts.append(text)
+    return ",".join(parts)
+
+
+def recompute_text(layout: Layout) -> str:
+    """The layout's recomputation as its text form writes it: `none`, `full`, `selective` (Megatron's default
+    module set) or `selective:layernorm+moe_act`."""
+    modules = layout.recompute_modules
+    return layout.recompute.value + (f":{format_modules(modules)}" if modules else "")
 
 
 def axis_key(part: str) -> str:

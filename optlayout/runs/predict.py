@@ -10,6 +10,7 @@ import pydantic
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.layout import layout_problems
+from optlayout.layout.recompute import format_modules
 from optlayout.runs.records import RunRecord
 from optlayout.solver.candidates import Limits, rank_key, throughput_scale
 from optlayout.solver.problem import Problem
@@ -49,7 +50,14 @@ def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
     job = {"attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher(),
            "dropout": record.dropout()}  # fmt: skip
     cluster = {f"cluster.{k}": v for k, v in cluster_assumptions(record.cluster).items()}
-    return cluster | {name: {"value": value, "why": why} for name, (value, why) in job.items() if why is not None}
+    assumed = cluster | {name: {"value": value, "why": why} for name, (value, why) in job.items() if why is not None}
+    if (modules := record.recipe_recompute()) is not None:
+        assumed["layout.recompute"] = {
+            "value": "selective:" + format_modules(modules),
+            "why": "not stated: Megatron-Bridge's performance recipe for this model, GPU and precision sets "
+            f"recompute_modules={[m.value for m in modules]} (runs.records.BRIDGE_RECIPE_RECOMPUTE)",
+        }
+    return assumed
 
 
 def _pins(record: RunRecord) -> dict[str, Any]:
@@ -59,6 +67,8 @@ def _pins(record: RunRecord) -> dict[str, Any]:
         pins["sharding"] = Sharding(known["sharding"])
     if "recompute" in known:
         pins["recompute"] = Recompute(known["recompute"])
+    if (modules := record.recipe_recompute()) is not None:  # the recipe's selective modules (a fill rule)
+        pins["recompute"], pins["recompute_modules"] = Recompute.selective, modules
     return pins
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
@@ -17,6 +17,7 @@ from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_
 from optlayout.inputs.numbers import number_from_text
 from optlayout.inputs.readers import RUNS
 from optlayout.layout.model import Recompute, Sharding
+from optlayout.layout.recompute import RecomputeModule, parse_modules
 from optlayout.presets import gpu_preset
 from optlayout.specs import (
     AttentionKernel,
@@ -44,6 +45,7 @@ LAYOUT_FIELDS = (
     "sharding",
     "recompute",
     "recompute_layers",
+    "recompute_modules",
     "sequence_parallel",
 )
 EXPERT_FIELDS = ("ep", "etp")  # a dense model has none: absent or null, they are 1, not unknown
@@ -81,12 +83,26 @@ FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
 BRIDGE_FLEX_GPUS = frozenset({"gb200", "gb300", "b300"})
 
 
+# The selective recomputation of Megatron-Bridge's GPT-OSS 120B performance recipes, which the performance summary
+# does not state: `recompute_modules=["layernorm", "moe_act"]` on GB200, B200 and H100 in BF16, none on GB300
+# (scripts/performance/configs/gpt_oss/workload_base_configs.py @v0.2.0 lines 41-61;
+# gpt_oss_workload_base_configs.py @v0.3.0 and @v0.4.0 lines 54-82; perf_recipes/gpt_oss/{gb200,b200,h100}/gpt_oss.py
+# @067f987d, the `*_bf16_config`s). The FP8-MX recipes are left to the solver: on GB200 they end with no module
+# (perf_recipes/gpt_oss/gb200/gpt_oss.py:240-241, @v0.5.0 line 220), on GB300 none is set.
+BRIDGE_RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[RecomputeModule, ...]] = {
+    ("GPT-OSS 120B", gpu, "bf16"): (RecomputeModule.layernorm, RecomputeModule.moe_act)
+    for gpu in ("gb200", "b200", "h100-sxm")
+}
+
+
 class RunLayout(BaseModel):
     """A layout as published: any field may be null (not published). `ep`/`etp` are the expert parallel and expert
     tensor parallel degrees of a mixture-of-experts model. `recompute_layers`: with `recompute: full`, the layers
     recomputed in each model chunk (Megatron's `--recompute-method block --recompute-num-layers N`; per virtual
-    stage); null with `full` means every layer (the uniform method, whole-model checkpointing). Unknown only while
-    `recompute` is: then both are filled with the least recomputation that fits."""
+    stage); null with `full` means every layer (the uniform method, whole-model checkpointing). `recompute_modules`:
+    with `recompute: selective`, the modules recomputed (Megatron's `--recompute-modules`, e.g. `["layernorm",
+    "moe_act"]`); null with `selective` means Megatron's default, `core_attn`. Both unknown only while `recompute`
+    is: then they are filled with the least recomputation that fits (or by a recipe rule, `RunRecord.recompute`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -99,17 +115,35 @@ class RunLayout(BaseModel):
     sharding: Annotated[Sharding, Strict(False)] | None = None  # the text "zero1" (strict is for the counts)
     recompute: Annotated[Recompute, Strict(False)] | None = None
     recompute_layers: int | None = Field(None, ge=1, le=MAX_LAYERS)
+    recompute_modules: list[str] | None = None
     sequence_parallel: bool | None = None
     ep: int | None = Field(None, ge=1, le=MAX_GPUS)
     etp: int | None = Field(None, ge=1, le=MAX_GPUS)
 
+    @field_validator("recompute_modules", mode="after")
+    @classmethod
+    def _modules(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            parse_modules(value)  # a one-line error naming the unknown module
+        return value
+
+    @model_validator(mode="after")
+    def _modules_with_selective(self) -> RunLayout:
+        if self.recompute_modules is not None and self.recompute not in (None, Recompute.selective):
+            raise ValueError("recompute_modules needs recompute: selective")
+        return self
+
     def known(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in LAYOUT_FIELDS if getattr(self, k) is not None}
+        known = {k: getattr(self, k) for k in LAYOUT_FIELDS if getattr(self, k) is not None}
+        if self.recompute_modules is not None:
+            known["recompute_modules"] = parse_modules(self.recompute_modules)
+        return known
 
     def unknown(self, experts: bool = False) -> list[str]:
-        """The unpublished fields; the expert degrees only for a model with `experts` (dense: ep = etp = 1)."""
+        """The unpublished fields; the expert degrees only for a model with `experts` (dense: ep = etp = 1). The
+        modules never: the search does not choose them (an unpublished selective recomputation is the default set)."""
         return [k for k in LAYOUT_FIELDS if getattr(self, k) is None and (experts or k not in EXPERT_FIELDS)
-                and (k != "recompute_layers" or self.recompute is None)]  # fmt: skip
+                and k != "recompute_modules" and (k != "recompute_layers" or self.recompute is None)]  # fmt: skip
 
 
 class Measured(BaseModel):
@@ -165,9 +199,17 @@ class RunRecord(BaseModel):
         fp8 = fp8_pricing_note(self.job.fp8_recipe)
         return [fp8] if fp8 else []
 
+    def recipe_recompute(self) -> tuple[RecomputeModule, ...] | None:
+        """The selective recomputation modules the run's published recipe sets where the record leaves `recompute`
+        unpublished (`BRIDGE_RECIPE_RECOMPUTE`); None where no recipe says."""
+        if self.layout.recompute is not None or self.framework != "megatron-bridge":
+            return None
+        return BRIDGE_RECIPE_RECOMPUTE.get((self.model.name, self.cluster.gpu, self.job.precision))
+
     def unknown_layout_fields(self) -> list[str]:
-        """The layout fields the record leaves unpublished (the solver fills them)."""
-        return self.layout.unknown(experts=self.model.moe is not None)
+        """The layout fields the record leaves unpublished and no recipe rule fills (the solver fills them)."""
+        recipe = ("recompute", "recompute_layers") if self.recipe_recompute() else ()
+        return [k for k in self.layout.unknown(experts=self.model.moe is not None) if k not in recipe]
 
     def job_spec(self) -> JobSpec:
         """The record's job as a JobSpec (the attention kernel as `attention_kernel()` decides)."""

@@ -16,6 +16,7 @@ from typing import Any
 from optlayout.errors import InputError
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import SEARCHED_AXES, Layout, Recompute, Sharding
+from optlayout.layout.recompute import DEFAULT_MODULES, RecomputeModule, module_problems, parse_modules
 from optlayout.layout.rules import (
     cp_fits_sequence,
     expert_degree_problems,
@@ -84,6 +85,8 @@ def space_options(
     }
     if "recompute_layers" in excluded:
         raise InputError("exclude: recompute_layers is searched as the fewest that fit; pin it to fix it")
+    if "recompute_modules" in excluded:
+        raise InputError("exclude: recompute_modules is not searched (selective recomputes core_attn); pin a set")
     for problem in field_conflicts(pinned):
         raise InputError(f"pin: {problem}")
     bubble = switches.get("max_bubble_fraction")
@@ -95,6 +98,18 @@ def space_options(
         if pin in pinned:
             switches[limit] = max(int(switches.get(limit, defaults[limit])), int(str(pinned[pin])))
     return SpaceOptions(pins=pinned, maxima=maxed, exclude=excluded, **switches)
+
+
+def pinned_modules(model: ModelSpec, options: SpaceOptions) -> tuple[RecomputeModule, ...] | None:
+    """The pinned selective-recomputation modules (None: Megatron's default, core_attn); a set the model refuses
+    is an error naming the rule."""
+    pinned = options.pins.get("recompute_modules")
+    if pinned is None:
+        return None
+    modules = parse_modules(pinned)
+    for problem in module_problems(model, modules):
+        raise InputError(f"pin: {problem}")
+    return None if modules == DEFAULT_MODULES else modules
 
 
 def _divisors(n: int) -> list[int]:
@@ -156,6 +171,7 @@ class LayoutGroup:
     recomputes: tuple[Recompute, ...]
     sequence_parallel: tuple[bool, ...]
     recompute_layers: int | None = None  # pinned; else the search takes the fewest that fit (`fewest_recomputed`)
+    recompute_modules: tuple[RecomputeModule, ...] | None = None  # pinned; else Megatron's default (core_attn)
 
     def __len__(self) -> int:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
@@ -163,8 +179,9 @@ class LayoutGroup:
     def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
         # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat
         layers = self.recompute_layers if recompute == Recompute.full else None
+        modules = self.recompute_modules if recompute == Recompute.selective else None
         return Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute, recompute_layers=layers,
-                                sequence_parallel=sequence_parallel)  # fmt: skip
+                                recompute_modules=modules, sequence_parallel=sequence_parallel)  # fmt: skip
 
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
@@ -201,6 +218,9 @@ def enumerate_groups(
     recomputes = tuple(r for r in Recompute if _allowed(options, "recompute", r))
     if options.pins.get("recompute_layers") is not None:  # a layer count is full recomputation's
         recomputes = tuple(r for r in recomputes if r == Recompute.full)
+    modules = pinned_modules(model, options)
+    if options.pins.get("recompute_modules") is not None:  # a module set is selective recomputation's
+        recomputes = tuple(r for r in recomputes if r == Recompute.selective)
     if not shardings or not recomputes:
         return
     for tp in tp_choices(model, gpus, domain_size, options):
@@ -217,8 +237,9 @@ def enumerate_groups(
                 split = split_layers(model.layers, pp)
                 if split is None:
                     continue
-                yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shardings, recomputes,
-                                   sps)  # fmt: skip
+                for group in _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shardings,
+                                     recomputes, sps):  # fmt: skip
+                    yield dataclasses.replace(group, recompute_modules=modules) if modules else group
 
 
 def _groups(
