@@ -93,9 +93,10 @@ class GroupRanking:
         none, ZeRO-1, ZeRO-2 (memory never rises along it) and between variants `holds_no_less` orders, only to find
         where the first variant starts to fit, and most groups' not probed at all but inferred from groups of
         smaller and larger micro-batches (`_fitting_twins_by_micro_batch`); the walk finds the fitting layouts of the
-        groups it reaches (`_fitting_choices`). The groups with a feasible layout are taken best bound first (`CostTable.best_first`:
-        a node's bound, then its groups' `throughput_bound`) and evaluated until a bound falls below both the floor
-        and the best feasible layout found (less two objective units, the rank key's rounding). So the best, the
+        groups it reaches (`_fitting_choices`). The groups with a feasible layout are taken best bound first
+        (`CostTable.best_first`: a node's bound, then its groups' `throughput_bound`) and evaluated until a bound
+        falls below both the floor and the best feasible layout found (less two objective units, the rank key's
+        rounding). So the best, the
         count, and the position and throughput of every layout at or above the floor are exact; the positions below
         it are left out, and so are the throughputs of layouts below the floor. A layout is not evaluated once its
         `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time, and with full
