@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from pathlib import Path
 
@@ -17,8 +18,10 @@ from optlayout.runs.compare import (
     GroupRanking,
     _fitting_choices,
     _fitting_twins,
+    _fitting_twins_by_micro_batch,
     compare_runs,
     holds_no_less,
+    micro_batch_family,
     ranking_problem,
 )
 from optlayout.runs.predict import predict_run, run_job
@@ -145,6 +148,75 @@ def test_the_counts_probes_find_every_fitting_layout(capacity_gib) -> None:
         assert _fitting_twins(group, fits, twin_guesses) == {(s, sp) for s, _, sp in every}
         seen.add(bool(every))
     assert seen == {True, False}  # the capacity leaves some groups with no fitting layout, and some with one
+
+
+FAMILY_SPACES = [
+    ("llama3.1-8b", 16, JobSpec(seq_len=4096, global_batch=64)),
+    ("llama3.1-8b", 8, JobSpec(seq_len=2048, global_batch=32, attention_kernel="naive", dropout=True)),
+    ("llama3.1-70b", 16, JobSpec(seq_len=4096, min_global_batch=16, max_global_batch=32)),
+    ("qwen3-30b-a3b", 16, JobSpec(seq_len=4096, global_batch=64, precision="fp8")),
+]
+
+
+def _families(spec, job, gpus, topo):
+    groups = list(enumerate_groups(spec, job, gpus, topo.domain_size, SpaceOptions(all_grad_accum=True)))
+    families: dict[tuple[object, ...], list] = {}
+    for group in groups:
+        key = micro_batch_family(group)
+        if key is not None:
+            families.setdefault(key, []).append(group)
+    return groups, families
+
+
+@pytest.mark.parametrize(("model", "gpus", "job"), FAMILY_SPACES)
+def test_memory_never_falls_as_a_familys_micro_batch_grows(model, gpus, job) -> None:
+    """What the count's inference over micro-batches takes for granted (`micro_batch_family`), checked on whole
+    spaces, in bytes (not only in MiB): within a family, every layout holds no less at a larger micro-batch."""
+    spec = model_preset(model)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=gpus))
+    table = CostTable(spec, job, topo.gpu, topo, DEFAULT_PARAMS)
+    groups, families = _families(spec, job, gpus, topo)
+    assert len(families) < len(groups)  # families of several micro-batches
+    pairs = 0
+    for members in families.values():
+        members.sort(key=lambda g: g.degrees["micro_batch"])
+        for small, large in itertools.pairwise(members):
+            assert small.degrees["micro_batch"] <= large.degrees["micro_batch"]
+            for s in small.shardings:
+                for v in small.variants():
+                    pairs += 1
+                    assert table.memory_bytes(small.layout(s, *v)) <= table.memory_bytes(large.layout(s, *v))
+    assert pairs > 500
+
+
+@pytest.mark.parametrize(("model", "gpus", "job"), FAMILY_SPACES)
+def test_the_count_inferred_over_micro_batches_is_every_layout_tested(model, gpus, job) -> None:
+    """`_fitting_twins_by_micro_batch` (what the count takes) gives each group what testing its every layout against
+    the capacity gives, though it probes fewer groups."""
+    spec = model_preset(model)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=gpus))
+    table = CostTable(spec, job, topo.gpu, topo, DEFAULT_PARAMS)
+    groups, _ = _families(spec, job, gpus, topo)
+    mib: dict[tuple[int, tuple[object, ...]], int] = {}  # by group and choice, found once for every capacity
+    partial = 0
+    for capacity_gib in (16, 24, 40, 80):
+        cap_mib = capacity_gib * 1024
+        probed: set[int] = set()
+
+        def fits(group, choice) -> bool:
+            probed.add(id(group))  # noqa: B023
+            key = (id(group), choice)
+            if key not in mib:
+                mib[key] = memory_mib(table.memory_bytes(group.layout(*choice)))
+            return mib[key] <= cap_mib  # noqa: B023
+
+        inferred = _fitting_twins_by_micro_batch(groups, fits, {})
+        assert len(probed) < len(groups)
+        for group, twins in zip(groups, inferred, strict=True):
+            every = {(s, sp) for s in group.shardings for r, sp in group.variants() if fits(group, (s, r, sp))}
+            assert twins == every, (capacity_gib, group.degrees)
+            partial += 0 < len(every) < len(group.shardings) * len(group.sequence_parallel)
+    assert partial  # the capacity splits some groups
 
 
 @pytest.mark.parametrize(

@@ -91,10 +91,12 @@ class GroupRanking:
         The count is of every feasible twin class: per group, which (sharding, sequence parallelism) have a layout
         that fits (`_fitting_twins`), the exact memory only where the state alone fits and, along the sharding chain
         none, ZeRO-1, ZeRO-2 (memory never rises along it) and between variants `holds_no_less` orders, only to find
-        where the first variant starts to fit; the walk finds the fitting layouts of the groups it reaches
-        (`_fitting_choices`). The groups with a feasible layout are taken best bound first (`CostTable.best_first`:
-        a node's bound, then its groups' `throughput_bound`) and evaluated until a bound falls below both the floor
-        and the best feasible layout found (less two objective units, the rank key's rounding). So the best, the
+        where the first variant starts to fit, and most groups' not probed at all but inferred from groups of
+        smaller and larger micro-batches (`_fitting_twins_by_micro_batch`); the walk finds the fitting layouts of the
+        groups it reaches (`_fitting_choices`). The groups with a feasible layout are taken best bound first
+        (`CostTable.best_first`: a node's bound, then its groups' `throughput_bound`) and evaluated until a bound
+        falls below both the floor and the best feasible layout found (less two objective units, the rank key's
+        rounding). So the best, the
         count, and the position and throughput of every layout at or above the floor are exact; the positions below
         it are left out, and so are the throughputs of layouts below the floor. A layout is not evaluated once its
         `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time, and with full
@@ -131,14 +133,16 @@ class GroupRanking:
         feasible: set[tuple[object, ...]] = set()
         fitting_groups: list[LayoutGroup] = []
         guesses: dict[tuple[object, ...], int] = {}
+        groups: list[LayoutGroup] = []
         for i, group in enumerate(enumerate_groups(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                                    walk_all)):  # fmt: skip
-            if not _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
-                continue
-            index[id(group)] = i
-            # the count needs only which (sharding, sequence parallelism) have a fitting layout (`_fitting_twins`);
-            # the walk below finds the fitting choices of the groups it reaches
-            classes = _fitting_twins(group, fits, guesses)
+            if _batch_ok(group, limits.min_global_batch, limits.max_global_batch):
+                index[id(group)] = i
+                groups.append(group)
+        # the count needs only which (sharding, sequence parallelism) have a fitting layout (`_fitting_twins`, most
+        # groups' inferred from their neighbours in micro-batch: `_fitting_twins_by_micro_batch`); the walk below
+        # finds the fitting choices of the groups it reaches
+        for group, classes in zip(groups, _fitting_twins_by_micro_batch(groups, fits, guesses), strict=True):
             if classes:
                 degrees = tuple(v for k, v in group.degrees.items() if k != "grad_accum")
                 feasible.update((degrees, sharding, sp) for sharding, sp in classes)
@@ -336,25 +340,99 @@ def _twin_probes(
     return tuple((sp, tuple(r for r, s in first_full if s == sp)) for sp in sorted({sp for _, sp in kept}))
 
 
+Twins = frozenset[tuple[Sharding, bool]]  # a group's (sharding, sequence parallelism) with a fitting layout
+
+
 def _fitting_twins(
-    group: LayoutGroup, fits: Callable[[LayoutGroup, Choice], bool], guesses: dict[tuple[object, ...], int]
-) -> set[tuple[Sharding, bool]]:
+    group: LayoutGroup,
+    fits: Callable[[LayoutGroup, Choice], bool],
+    guesses: dict[tuple[object, ...], int],
+    within: tuple[Twins, Twins] | None = None,
+) -> Twins:
     """The (sharding, sequence parallelism) of the group with a fitting layout, those of `_fitting_choices`, from
     fewer probes: per chain (`_chains`) and sequence parallelism the first sharding where any recomputation fits,
     searched only below the first found so far; only the variants no other of the same sequence parallelism holds
     no more than (`holds_no_less`: where one fits, the other does; selective recomputation in place of none); and
-    with sequence parallelism below the first without (the same recomputation with it holds no more)."""
+    with sequence parallelism below the first without (the same recomputation with it holds no more). `within`:
+    a superset and a subset of the answer (those of groups holding no less and no more, `micro_batch_family`),
+    which bound each first sharding from below and above."""
     twins: set[tuple[Sharding, bool]] = set()
     for c, chain in enumerate(_chains(group.shardings)):
         first = len(chain)
         for sp, recomputes in _twin_probes(group.recomputes, group.sequence_parallel):
+            lo = 0
+            if within is not None:  # none fits before the superset's first; some recomputation at the subset's
+                more, less = within
+                lo = next((k for k, s in enumerate(chain) if (s, sp) in more), len(chain))
+                first = min(first, next((k for k, s in enumerate(chain) if (s, sp) in less), len(chain)))
             for recompute in recomputes:
+                if lo >= first:
+                    break
                 key = ("twins", c, len(chain), recompute, sp)
-                found = _first_fitting(fits, group, chain, (recompute, sp), 0, first, guesses.get(key))
+                found = _first_fitting(fits, group, chain, (recompute, sp), lo, first, guesses.get(key))
                 guesses[key] = found
                 first = min(first, found)
             twins.update((s, sp) for s in chain[first:])
-    return twins
+    return frozenset(twins)
+
+
+def micro_batch_family(group: LayoutGroup) -> tuple[object, ...] | None:
+    """What the group's layouts share with those of the groups of its space whose memory differs from theirs only
+    through the micro-batch, and never falls as it grows; None where the accumulation moves memory too.
+
+    Memory reads the micro-batch only through the tokens of one micro-batch (`seq_len * micro_batch / cp`), each
+    activation term a product or sum of it with non-negative constants (and rounding to nearest is monotone, so in
+    floating point too); the accumulation only through the micro-batches in flight, which stop growing once the
+    first stage's warm-up is filled: pp micro-batches, (pp - 1) * 2 + (vp - 1) * pp + 1 chunks when interleaved
+    (`inflight_bytes`). Among groups of one family with that warm-up filled, a layout that fits at a micro-batch
+    fits at every smaller one."""
+    d = group.degrees
+    pp, vp, grad_accum = int(d["pp"] or 1), int(d["vp"] or 1), int(d["grad_accum"] or 1)
+    warmup_chunks = pp if vp == 1 else (pp - 1) * 2 + (vp - 1) * pp + 1
+    if grad_accum * vp < warmup_chunks:
+        return None
+    # the degrees decide the shardings and sequence parallelism a group allows; its space, the rest
+    return tuple((k, v) for k, v in d.items() if k not in ("micro_batch", "grad_accum"))
+
+
+def _fitting_twins_by_micro_batch(
+    groups: list[LayoutGroup], fits: Callable[[LayoutGroup, Choice], bool], guesses: dict[tuple[object, ...], int]
+) -> list[Twins]:
+    """`_fitting_twins` of each group, from fewer probes: within a `micro_batch_family` the fitting (sharding,
+    sequence parallelism) never grow with the micro-batch, so where the largest micro-batch's are all the group's,
+    or where two micro-batches' agree, so do those between them; the others are found by bisection over the
+    micro-batches, each bounded by its neighbours' (`_fitting_twins`' `within`)."""
+    found: dict[int, Twins] = {}
+    families: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for i, group in enumerate(groups):
+        key = micro_batch_family(group)
+        if key is None:
+            found[i] = _fitting_twins(group, fits, guesses)
+        else:
+            families[key].append(i)
+
+    def between(members: list[int], lo: int, hi: int) -> None:
+        """The twins of members[lo + 1 : hi], those of members[lo] and members[hi] found."""
+        if hi - lo < 2:
+            return
+        more, less = found[members[lo]], found[members[hi]]
+        if more == less:
+            found.update((members[k], more) for k in range(lo + 1, hi))
+            return
+        mid = (lo + hi) // 2
+        found[members[mid]] = _fitting_twins(groups[members[mid]], fits, guesses, (more, less))
+        between(members, lo, mid)
+        between(members, mid, hi)
+
+    for members in families.values():
+        members.sort(key=lambda i: int(groups[i].degrees["micro_batch"] or 1))
+        largest = groups[members[-1]]
+        less = found[members[-1]] = _fitting_twins(largest, fits, guesses)
+        everything = frozenset(itertools.product(largest.shardings, largest.sequence_parallel))
+        found[members[0]] = less if less == everything else _fitting_twins(
+            groups[members[0]], fits, guesses, (everything, less))  # fmt: skip
+        between(members, 0, len(members) - 1)
+    return [found[i] for i in range(len(groups))]
 
 
 def compare_runs(
