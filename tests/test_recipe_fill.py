@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from optlayout.layout.model import Recompute
+from optlayout.layout.recompute import RecomputeModule
 from optlayout.runs.predict import predict_run
-from optlayout.runs.records import RECIPE_RECOMPUTE, RunRecord, read_runs
+from optlayout.runs.records import RECIPE_RECOMPUTE, RecipeRecompute, RunLayout, RunRecord, read_runs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "nvidia_recipes.jsonl"
 
@@ -118,3 +119,25 @@ def test_a_recipe_the_memory_model_cannot_fit_is_a_reported_miss(records) -> Non
     run = predict_run(records["mb-26.04-pretrain-gb200-llama370b-fp8-64g-main"])
     assert run.layout.recompute == Recompute.none and run.layout.micro_batch == 2
     assert run.memory_model_miss and run.prediction.tokens_per_s_per_gpu > 0
+
+
+def test_a_recipe_fill_reads_as_the_layout_text_and_pins_its_fields() -> None:
+    # Megatron-Bridge's block method (perf scripts' recompute_num_layers=5: granularity full, method block, 5 layers)
+    block = RecipeRecompute(Recompute.full, "a recipe", layers=5)
+    assert block.text() == "full,rl=5" and block.pins() == {"recompute": Recompute.full, "recompute_layers": 5}
+    modules = (RecomputeModule.layernorm, RecomputeModule.moe_act)
+    selective = RecipeRecompute(Recompute.selective, "a recipe", modules=modules)
+    assert selective.text() == "selective:layernorm+moe_act"
+    assert selective.pins() == {"recompute": Recompute.selective, "recompute_modules": modules}
+    assert RecipeRecompute(Recompute.none, "a recipe").pins() == {"recompute": Recompute.none}
+
+
+def test_a_records_module_list_is_parsed_once_into_the_layouts_form() -> None:
+    layout = RunLayout.model_validate(
+        {"recompute": "selective", "recompute_modules": ["moe_act", "layernorm", "moe_act"]}
+    )
+    assert layout.recompute_modules == (RecomputeModule.layernorm, RecomputeModule.moe_act)
+    assert layout.known()["recompute_modules"] is layout.recompute_modules
+    assert RunLayout(recompute="selective", recompute_modules=("core_attn",)).recompute_modules == (
+        RecomputeModule.core_attn,
+    )

@@ -97,10 +97,10 @@ class RecipeRecompute:
     modules: tuple[RecomputeModule, ...] | None = None
 
     def text(self) -> str:
-        """`none`, `selective:layernorm+moe_act`, `full:rl=5` (the layout text's form)."""
+        """`none`, `selective:layernorm+moe_act`, `full,rl=5` (the layout text's form)."""
         if self.modules is not None:
             return f"{self.recompute.value}:{format_modules(self.modules)}"
-        return self.recompute.value + (f":rl={self.layers}" if self.layers is not None else "")
+        return self.recompute.value + (f",rl={self.layers}" if self.layers is not None else "")
 
     def pins(self) -> dict[str, object]:
         """The layout fields the recipe fixes, as solver pins."""
@@ -232,8 +232,8 @@ class RunLayout(BaseModel):
     @field_validator("recompute_modules", mode="before")
     @classmethod
     def _modules(cls, value: object) -> object:
-        """A list of names parsed once, sorted and without repeats (a one-line error names an unknown module)."""
-        return parse_modules(value) if isinstance(value, list) else value
+        """The names parsed once, sorted and without repeats (a one-line error names an unknown module)."""
+        return parse_modules(value) if isinstance(value, list | tuple) else value
 
     @model_validator(mode="after")
     def _modules_with_selective(self) -> RunLayout:
