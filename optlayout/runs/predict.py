@@ -50,9 +50,9 @@ def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
            "dropout": record.dropout()}  # fmt: skip
     cluster = {f"cluster.{k}": v for k, v in cluster_assumptions(record.cluster).items()}
     assumed = cluster | {name: {"value": value, "why": why} for name, (value, why) in job.items() if why is not None}
-    if (fill := record.recipe_recompute()) is not None:
-        recipe, why = fill
-        assumed["layout.recompute"] = {"value": recipe.text(), "why": why}
+    for name, part in record.recipe_fills().items():
+        why = f"not stated: the published recipe of this release sets it ({part.source})"
+        assumed[f"layout.{name}"] = {"value": part.text(), "why": why}
     return assumed
 
 
@@ -63,8 +63,8 @@ def _pins(record: RunRecord) -> dict[str, Any]:
         pins["sharding"] = Sharding(known["sharding"])
     if "recompute" in known:
         pins["recompute"] = Recompute(known["recompute"])
-    if (fill := record.recipe_recompute()) is not None:  # the published recipe's recomputation (a fill rule)
-        pins |= fill[0].pins()
+    for part in record.recipe_fills().values():  # the published recipe's recomputation and sharding (a fill rule)
+        pins |= part.pins()
     return pins
 
 
@@ -72,9 +72,9 @@ def predict_run(
     record: RunRecord, params: CostParams = DEFAULT_PARAMS, topology: Topology | None = None
 ) -> RunPrediction:
     """Fill unpublished layout fields with the solver's best choice consistent with the published ones (an
-    unpublished recomputation: the published recipe's where `RunRecord.recipe_recompute` knows it, else the fastest
-    that fits, with full recomputation of the fewest layers that fit; a
-    published `full` without its layer count recomputes every layer).
+    unpublished recomputation or sharding: the published recipe's where `RunRecord.recipe_fills` knows it; else
+    the fastest that fits, with full recomputation of the fewest layers that fit; a published `full` without its
+    layer count recomputes every layer).
 
     The published run did run, so if no completion fits the memory model, the fastest completion is used
     anyway, in the solver's order without the memory constraint (the prediction then says `fits: false`,
