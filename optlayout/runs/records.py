@@ -234,7 +234,14 @@ _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 # NeMo 24.07 and 24.03 performance tables (they name the container only, and NeMo-Framework-Launcher's 24.07
 # training configs differ from their layouts) are left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line
 # 57 says VP 6 where its README_175b.md (lines 54, 61, 155) and the published table say VP 12; its recomputation and
-# optimizer lines are those of @v24.11.1, so the fill stands.
+# optimizer lines are those of @v24.11.1, so the fill stands. Not modelled, and not a reason to leave a setup alone
+# since every FP8 run of these sources has it, filled here or by the solver: FP8 primary weights (Megatron-Bridge's
+# FP8-CS and MXFP8 precision configs set fp8_param_gather, MXFP8 also reuse_grad_buf_for_mxfp8_param_ag:
+# src/megatron/bridge/training/mixed_precision.py @v0.2.0 lines 242-252 and 272-289; dgxc's FP8 runs set
+# model.fp8_params: llama3.1/configure.sh @v24.11.1 line 116, nemotron/configure.sh line 104,
+# gpt3_175b_hydra.yaml line 221); the memory model keeps 2-byte weights. Nor is Nemotron-4 340B's optimizer state in
+# bf16 (nemotron4-340b-synth.yaml lines 185-186, grad_sync_dtype and dtype bf16; the memory model keeps 12 bytes per
+# parameter): its 128-GPU runs (DP 2) are memory-model misses with the recipe's layout.
 RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_BRIDGE_NONE_25_09, _BRIDGE_ZERO1_25_09), ("mb-25.09",), ("Llama 3 8B",), ("gb200", "b200"),
                (("fp8", None), ("fp8", "blockwise"))),
@@ -413,11 +420,6 @@ class RunRecord(BaseModel):
             return {}
         parts: dict[str, RecipeRecompute | RecipeSharding] = {"recompute": fill.recompute, "sharding": fill.sharding}
         return {name: part for name, part in parts.items() if getattr(self.layout, name) is None}
-
-    def recipe_recompute(self) -> RecipeRecompute | None:
-        """The recomputation the run's published recipe sets where the record leaves it unpublished."""
-        part = self.recipe_fills().get("recompute")
-        return part if isinstance(part, RecipeRecompute) else None
 
     def unknown_layout_fields(self) -> list[str]:
         """The layout fields the record leaves unpublished and no recipe rule fills (the solver fills them)."""
