@@ -258,9 +258,9 @@ def test_a_record_states_its_modules_and_a_bad_one_names_the_field(tmp_path) -> 
 
 def test_bridge_gpt_oss_bf16_recipes_fill_their_recompute_modules() -> None:
     # Megatron-Bridge's GPT-OSS 120B recipes: layernorm + moe_act on GB200, B200 and H100 in BF16; none on GB300,
-    # none stated by the FP8-MX and Qwen3 recipes (runs.records.BRIDGE_RECIPE_RECOMPUTE names the lines)
+    # none stated by the FP8-MX and Qwen3 recipes (runs.records.RECIPE_FILL names the lines)
     records = _bridge_records()
-    filled = {i for i, r in records.items() if r.recipe_recompute() is not None}  # type: ignore[attr-defined]
+    filled = {i for i, r in records.items() if "recompute" in r.recipe_fills()}  # type: ignore[attr-defined]
     assert filled == {i for i in records if "gptoss120b-bf16" in i and "-gb300-" not in i}
     assert len(filled) == 15
     h100 = records["mb-26.04-pretrain-h100-gptoss120b-bf16-64g-main"]

@@ -10,7 +10,6 @@ import pydantic
 from optlayout.cost import DEFAULT_PARAMS, CostParams, Prediction
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.layout import layout_problems
-from optlayout.layout.recompute import format_modules
 from optlayout.runs.records import RunRecord
 from optlayout.solver.candidates import Limits, rank_key, throughput_scale
 from optlayout.solver.problem import Problem
@@ -51,12 +50,9 @@ def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
            "dropout": record.dropout()}  # fmt: skip
     cluster = {f"cluster.{k}": v for k, v in cluster_assumptions(record.cluster).items()}
     assumed = cluster | {name: {"value": value, "why": why} for name, (value, why) in job.items() if why is not None}
-    if (modules := record.recipe_recompute()) is not None:
-        assumed["layout.recompute"] = {
-            "value": "selective:" + format_modules(modules),
-            "why": "not stated: Megatron-Bridge's performance recipe for this model, GPU and precision sets "
-            f"recompute_modules={[m.value for m in modules]} (runs.records.BRIDGE_RECIPE_RECOMPUTE)",
-        }
+    for name, part in record.recipe_fills().items():
+        why = f"not stated: the published recipe of this release sets it ({part.source})"
+        assumed[f"layout.{name}"] = {"value": part.text(), "why": why}
     return assumed
 
 
@@ -67,8 +63,8 @@ def _pins(record: RunRecord) -> dict[str, Any]:
         pins["sharding"] = Sharding(known["sharding"])
     if "recompute" in known:
         pins["recompute"] = Recompute(known["recompute"])
-    if (modules := record.recipe_recompute()) is not None:  # the recipe's selective modules (a fill rule)
-        pins["recompute"], pins["recompute_modules"] = Recompute.selective, modules
+    for part in record.recipe_fills().values():  # the published recipe's recomputation and sharding (a fill rule)
+        pins |= part.pins()
     return pins
 
 
@@ -76,8 +72,9 @@ def predict_run(
     record: RunRecord, params: CostParams = DEFAULT_PARAMS, topology: Topology | None = None
 ) -> RunPrediction:
     """Fill unpublished layout fields with the solver's best choice consistent with the published ones (an
-    unpublished recomputation: the fastest that fits, with full recomputation of the fewest layers that fit; a
-    published `full` without its layer count recomputes every layer).
+    unpublished recomputation or sharding: the published recipe's where `RunRecord.recipe_fills` knows it; else
+    the fastest that fits, with full recomputation of the fewest layers that fit; a published `full` without its
+    layer count recomputes every layer).
 
     The published run did run, so if no completion fits the memory model, the fastest completion is used
     anyway, in the solver's order without the memory constraint (the prediction then says `fits: false`,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +19,7 @@ from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_
 from optlayout.inputs.numbers import number_from_text
 from optlayout.inputs.readers import RUNS
 from optlayout.layout.model import Recompute, Sharding
-from optlayout.layout.recompute import RecomputeModule, parse_modules
+from optlayout.layout.recompute import RecomputeModule, format_modules, parse_modules
 from optlayout.presets import gpu_preset
 from optlayout.specs import (
     AttentionKernel,
@@ -83,16 +85,222 @@ FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
 BRIDGE_FLEX_GPUS = frozenset({"gb200", "gb300", "b300"})
 
 
-# The selective recomputation of Megatron-Bridge's GPT-OSS 120B performance recipes, which the performance summary
-# does not state: `recompute_modules=["layernorm", "moe_act"]` on GB200, B200 and H100 in BF16, none on GB300
-# (scripts/performance/configs/gpt_oss/workload_base_configs.py @v0.2.0 lines 41-61;
-# gpt_oss_workload_base_configs.py @v0.3.0 and @v0.4.0 lines 54-82; perf_recipes/gpt_oss/{gb200,b200,h100}/gpt_oss.py
-# @067f987d, the `*_bf16_config`s). The FP8-MX recipes are left to the solver: on GB200 they end with no module
-# (perf_recipes/gpt_oss/gb200/gpt_oss.py:240-241, @v0.5.0 line 220), on GB300 none is set.
-BRIDGE_RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[RecomputeModule, ...]] = {
-    ("GPT-OSS 120B", gpu, "bf16"): (RecomputeModule.layernorm, RecomputeModule.moe_act)
-    for gpu in ("gb200", "b200", "h100-sxm")
-}
+@dataclass(frozen=True)
+class RecipeRecompute:
+    """The activation recomputation a published recipe sets: with `full`, the layers recomputed per model chunk
+    (`layers`, Megatron's block method; None: every layer), with `selective`, the modules (None: Megatron's default,
+    core_attn). `source`: the recipe file, its tag and lines."""
+
+    recompute: Recompute
+    source: str
+    layers: int | None = None
+    modules: tuple[RecomputeModule, ...] | None = None
+
+    def text(self) -> str:
+        """`none`, `selective:layernorm+moe_act`, `full,rl=5` (the layout text's form)."""
+        if self.modules is not None:
+            return f"{self.recompute.value}:{format_modules(self.modules)}"
+        return self.recompute.value + (f",rl={self.layers}" if self.layers is not None else "")
+
+    def pins(self) -> dict[str, object]:
+        """The layout fields the recipe fixes, as solver pins."""
+        pins: dict[str, object] = {"recompute": self.recompute}
+        if self.layers is not None:
+            pins["recompute_layers"] = self.layers
+        if self.modules is not None:
+            pins["recompute_modules"] = self.modules
+        return pins
+
+
+@dataclass(frozen=True)
+class RecipeSharding:
+    """The training-state sharding a published recipe sets (its optimizer and FSDP flags); `source` as above."""
+
+    sharding: Sharding
+    source: str
+
+    def text(self) -> str:
+        return self.sharding.value
+
+    def pins(self) -> dict[str, object]:
+        return {"sharding": self.sharding}
+
+
+@dataclass(frozen=True)
+class RecipeFill:
+    """What a published recipe sets of the layout fields its runs' records may leave unpublished."""
+
+    recompute: RecipeRecompute
+    sharding: RecipeSharding
+
+
+# A record's release, named by its id: `mb-<NeMo container>-...` (Megatron-Bridge performance summary),
+# `dgxc-<dgxc-benchmarking tag>-...`.
+_RELEASE_ID = re.compile(r"^(mb-\d{2}\.\d{2}(?:\.\d{2})?|dgxc-v\d{2}\.\d{2}(?:\.\d+)?)-")
+
+RecipeKey = tuple[str, str, str, Precision, Fp8Recipe | None]
+"""(release, model name, GPU, precision, FP8 recipe): what identifies a published recipe."""
+
+
+def _recipes(
+    fill: RecipeFill, releases: tuple[str, ...], models: tuple[str, ...], gpus: tuple[str, ...],
+    precisions: tuple[tuple[Precision, Fp8Recipe | None], ...],
+) -> dict[RecipeKey, RecipeFill]:  # fmt: skip
+    return {(r, m, g, p, f): fill for r in releases for m in models for g in gpus for p, f in precisions}
+
+
+_BRIDGE_NONE_25_09 = RecipeRecompute(
+    Recompute.none,
+    "Megatron-Bridge scripts/performance/configs/llama3/llama3_{8b,70b}_llm_pretrain.yaml @v0.1.0rc3 perf_matrix "
+    "(8B h100 52-77, b200 78-96, gb200 97-115; 70B h100 56-77, gb200 117-152): no recompute_num_layers",
+)
+_BRIDGE_NONE_25_11 = RecipeRecompute(
+    Recompute.none,
+    "Megatron-Bridge scripts/performance/configs/llama3/workload_base_configs.py @v0.2.0 (70B GB300 FP8-CS 43-48, "
+    "GB200 FP8-CS 73-78, GB200 FP8-MX 81-86, H100 FP8-CS 140-145; 8B GB200 182-189, B200 207-215): no recompute",
+)
+_BRIDGE_NONE_26 = RecipeRecompute(
+    Recompute.none,
+    "Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py @v0.3.0, v0.3.1, v0.4.0, "
+    "v0.4.2 (the V2, GBS 256 presets, lines 211-254 and 339-344, the same at each tag): no recompute",
+)
+_DGXC_NONE = RecipeRecompute(
+    Recompute.none,
+    "dgxc-benchmarking llama3.1/llama3.1_{8b,70b}.yaml 112-115, llama3.1_405b.yaml 118-121, "
+    "nemo_megatron/gpt3_175b_hydra.yaml 85-88, nemotron/nemotron4-15b-synth.yaml 134-137 (@v24.11.1; 136-139 "
+    "@v25.02): activations_checkpoint_granularity null",
+)
+_DGXC_SELECTIVE = RecipeRecompute(
+    Recompute.selective,
+    "dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml @v24.11.1 and @v25.02 lines 138-141: "
+    "activations_checkpoint_granularity selective, method null (Megatron's selective: the attention core)",
+)
+_GPT_OSS_SELECTIVE = RecipeRecompute(
+    Recompute.selective,
+    "Megatron-Bridge scripts/performance/configs/gpt_oss/workload_base_configs.py @v0.2.0 lines 41-61, "
+    "gpt_oss_workload_base_configs.py @v0.3.0 to @v0.4.2 lines 54-82: recompute_modules=[layernorm, moe_act]",
+    modules=(RecomputeModule.layernorm, RecomputeModule.moe_act),
+)
+# Megatron-Core's distributed optimizer shards the optimizer state over the data-parallel group and keeps whole
+# gradients (ZeRO-1); so does Apex's DistributedFusedAdam (NeMo's distributed_fused_adam) with
+# contiguous_grad_buffer, whose persistent buffer holds every gradient (apex/contrib/optimizers/
+# distributed_fused_adam.py, the argument's docstring).
+_DGXC_ZERO1 = RecipeSharding(
+    Sharding.zero1,
+    "dgxc-benchmarking @v24.11.1 and @v25.02 (fsdp false where set; optim distributed_fused_adam with "
+    "contiguous_grad_buffer true): llama3.1/llama3.1_8b.yaml 140-150, llama3.1_70b.yaml 144-154, llama3.1_405b.yaml "
+    "147-157, nemo_megatron/gpt3_175b_hydra.yaml 81 and 138-143, nemotron/nemotron4-340b-synth.yaml 146 and 182-189, "
+    "nemotron/nemotron4-15b-synth.yaml 142 and 176-181 (@v25.02 144 and 178-183: mcore_distributed_optim)",
+)
+_BRIDGE_ZERO1_25_09 = RecipeSharding(
+    Sharding.zero1,
+    "Megatron-Bridge src/megatron/bridge/recipes/llama/llama3_8b.py @v0.1.0rc3 lines 187-188, llama3_70b.py lines "
+    "184-185: ddp use_distributed_optimizer=True, use_megatron_fsdp from the perf_matrix row, false "
+    "(scripts/performance/configs/llama3/llama3_8b_llm_pretrain.yaml lines 92, 111; llama3_70b_llm_pretrain.yaml 68)",
+)
+_BRIDGE_ZERO1_25_11 = RecipeSharding(
+    Sharding.zero1,
+    "Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py @v0.2.0 lines 559-560, recipes/gpt_oss/gpt_oss.py "
+    "lines 290-291: ddp use_distributed_optimizer=True, use_megatron_fsdp from the workload preset, which sets none",
+)
+_BRIDGE_ZERO1_26_02 = RecipeSharding(
+    Sharding.zero1,
+    "Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py @v0.3.0 lines 560-561, recipes/gpt_oss/gpt_oss.py "
+    "lines 293-294: ddp use_distributed_optimizer=True, use_megatron_fsdp from the workload preset, which sets none",
+)
+_BRIDGE_ZERO1_26 = RecipeSharding(
+    Sharding.zero1,
+    "Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py @v0.3.1, v0.4.0, v0.4.2 lines 730-731 "
+    "(llama3_70b_pretrain_config), recipes/gpt_oss/gpt_oss.py @v0.3.1 lines 241-242, @v0.4.0 and v0.4.2 253-254: "
+    "ddp.use_distributed_optimizer = True, ddp.use_megatron_fsdp = False",
+)
+_FP8_CS: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"),)
+_FP8_CS_MX: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"), ("fp8", "mxfp8"))
+_BOTH: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("bf16", None), ("fp8", None))
+_BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
+
+# The recomputation and sharding of NVIDIA's published recipes, for the records that leave them unpublished: filled
+# only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of that release (the global
+# batch may differ: it changes the accumulation only) and the recipe uses nothing else the layout cannot express that
+# changes memory or time (`RECIPE_LEFT_ALONE`). Megatron-Bridge containers ship: 25.09 v0.1.0rc3, 25.11 v0.2.0,
+# 26.02 v0.3.0, 26.04 v0.4.0 (docs/releases/software-versions.md @v0.6.0), 26.02.01 v0.3.1
+# (docs/releases/known-issues.md), 26.04.01 v0.4.2 (the first performance summary listing it); their perf scripts set
+# full block recomputation only from `recompute_num_layers` (utils/helpers.py @v0.2.0 lines 166-179;
+# utils/overrides.py @v0.4.2 lines 136-150) and the base Llama 3 recipe sets none (recipes/llama/llama3.py @v0.4.2
+# lines 99-101); no preset of a filled setup sets `cpu_offloading_num_layers` (the perf scripts' only activation
+# offload, utils/helpers.py @v0.2.0 lines 170-173, utils/overrides.py @v0.4.2 lines 140-143) and the GPT-OSS
+# presets set none. dgxc's MaxText and Paxml (JAX rematerialisation policies, save_dot_except_mlp / save_qkv_proj /
+# SAVE_DOT_ONLY, name the matmul outputs kept, not recomputed modules: no Megatron module set says the same) and the
+# NeMo 24.07 and 24.03 performance tables (they name the container only, and NeMo-Framework-Launcher's 24.07
+# training configs differ from their layouts) are left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line
+# 57 says VP 6 where its README_175b.md (lines 54, 61, 155) and the published table say VP 12; its recomputation and
+# optimizer lines are those of @v24.11.1, so the fill stands. Not modelled, and not a reason to leave a setup alone
+# since every FP8 run of these sources has it, filled here or by the solver: FP8 primary weights (Megatron-Bridge's
+# FP8-CS and MXFP8 precision configs set fp8_param_gather, MXFP8 also reuse_grad_buf_for_mxfp8_param_ag:
+# src/megatron/bridge/training/mixed_precision.py @v0.2.0 lines 242-252 and 272-289; dgxc's FP8 runs set
+# model.fp8_params: llama3.1/configure.sh @v24.11.1 line 116, nemotron/configure.sh line 104,
+# gpt3_175b_hydra.yaml line 221); the memory model keeps 2-byte weights. Nor is Nemotron-4 340B's optimizer state in
+# bf16 (nemotron4-340b-synth.yaml lines 185-186, grad_sync_dtype and dtype bf16; the memory model keeps 12 bytes per
+# parameter): its 128-GPU runs (DP 2) are memory-model misses with the recipe's layout.
+RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
+    **_recipes(RecipeFill(_BRIDGE_NONE_25_09, _BRIDGE_ZERO1_25_09), ("mb-25.09",), ("Llama 3 8B",), ("gb200", "b200"),
+               (("fp8", None), ("fp8", "blockwise"))),
+    **_recipes(RecipeFill(_BRIDGE_NONE_25_09, _BRIDGE_ZERO1_25_09), ("mb-25.09",), ("Llama 3 8B", "Llama 3 70B"),
+               ("h100-sxm",), (("fp8", None),)),
+    **_recipes(RecipeFill(_BRIDGE_NONE_25_11, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("Llama 3 8B",), ("gb200", "b200"),
+               _FP8_CS_MX),
+    **_recipes(RecipeFill(_BRIDGE_NONE_25_11, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("Llama 3 70B",), ("h100-sxm",),
+               _FP8_CS),
+    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26_02), ("mb-26.02",), ("Llama 3 70B",), ("h100-sxm",),
+               _FP8_CS),
+    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26_02), ("mb-26.02",), ("Llama 3 70B",), ("gb200", "gb300"),
+               (("fp8", "mxfp8"),)),
+    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), _BRIDGE_26, ("Llama 3 70B",), ("h100-sxm",), _FP8_CS),
+    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), _BRIDGE_26, ("Llama 3 70B",), ("gb200",),
+               (("fp8", "mxfp8"),)),
+    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), ("mb-26.04", "mb-26.04.01"), ("Llama 3 70B",),
+               ("gb300",), (("fp8", "mxfp8"),)),
+    **_recipes(RecipeFill(_DGXC_NONE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"),
+               ("Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "GPT-3 175B (NeMo Megatron)", "Nemotron-4 15B"),
+               ("h100-sxm",), _BOTH),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"), ("Nemotron-4 340B",),
+               ("h100-sxm",), _BOTH),
+    # GPT-OSS 120B BF16: none on GB300; the FP8-MX recipes are left to the solver: on GB200 they end with no module
+    # (perf_recipes/gpt_oss/gb200/gpt_oss.py @067f987d lines 240-241, @v0.5.0 line 220), on GB300 none is set
+    **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("GPT-OSS 120B",),
+               ("gb200", "b200", "h100-sxm"), (("bf16", None),)),
+    **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_26_02), ("mb-26.02",), ("GPT-OSS 120B",),
+               ("gb200", "b200", "h100-sxm"), (("bf16", None),)),
+    **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_26), _BRIDGE_26, ("GPT-OSS 120B",),
+               ("gb200", "b200", "h100-sxm"), (("bf16", None),)),
+}  # fmt: skip
+
+_OFFLOADS = (
+    "its recipe offloads {n} layers' activations to the CPU (cpu_offloading_num_layers, Megatron-Bridge {where}), "
+    "which the layout cannot express: filled with none, the run does not fit the memory model"
+)
+_OFFLOAD_26 = "scripts/performance/configs/llama/llama3_workload_base_configs.py @v0.3.0 to v0.4.2 lines {lines}"
+# Published NVIDIA recipes left to the solver, and why.
+RECIPE_LEFT_ALONE: dict[RecipeKey, str] = {
+    ("mb-25.09", "Llama 3 70B", "gb200", "fp8", None): _OFFLOADS.format(
+        n=40, where="scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml @v0.1.0rc3 lines 140-146"),
+    **{("mb-25.11", "Llama 3 70B", gpu, "fp8", "tensorwise"): _OFFLOADS.format(
+        n=n, where=f"scripts/performance/configs/llama3/workload_base_configs.py @v0.2.0 lines {lines}")
+       for gpu, n, lines in (("gb300", 20, "43-48"), ("gb200", 40, "73-78"))},
+    **{(release, "Llama 3 70B", gpu, "fp8", "tensorwise"): _OFFLOADS.format(n=n, where=_OFFLOAD_26.format(lines=lines))
+       for release in ("mb-26.02", *_BRIDGE_26)
+       for gpu, n, lines in (("gb300", 20, "211-216"), ("gb200", 40, "241-246"))},
+    ("mb-25.09", "Llama 3 70B", "gb200", "fp8", "blockwise"): (
+        "the record's micro_batch 2 is not the recipe's (fp8_mx row: MBS 1, llama3_70b_llm_pretrain.yaml @v0.1.0rc3 "
+        "lines 147-152) nor its own published GA 16 at GBS 128 and DP 8 (MBS 1): a data question"),
+    ("mb-25.11", "Llama 3 8B", "h100-sxm", "fp8", "tensorwise"): (
+        "the recipe runs DDP with 5 layers recomputed (workload_base_configs.py @v0.2.0 lines 229-233), the run FSDP"),
+    ("mb-25.11", "Llama 3 8B", "gb300", "fp8", "tensorwise"): (
+        "the recipe's MBS is 4 (workload_base_configs.py @v0.2.0 lines 158-163), the run's 2"),
+    ("mb-26.02.01", "Llama 3 70B", "gb300", "fp8", "mxfp8"): (
+        "the recipe runs MBS 1 with VP 5 (llama3_workload_base_configs.py @v0.3.1 lines 219-223), the run MBS 2 "
+        "without VP"),
+}  # fmt: skip
 
 
 class RunLayout(BaseModel):
@@ -102,7 +310,8 @@ class RunLayout(BaseModel):
     stage); null with `full` means every layer (the uniform method, whole-model checkpointing). `recompute_modules`:
     with `recompute: selective`, the modules recomputed (Megatron's `--recompute-modules`, e.g. `["layernorm",
     "moe_act"]`); null with `selective` means Megatron's default, `core_attn`. Both unknown only while `recompute`
-    is: then they are filled with the least recomputation that fits (or by a recipe rule, `RunRecord.recompute`)."""
+    is: then they are filled by the published recipe (`RunRecord.recipe_fills`) or else with the least
+    recomputation that fits."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -115,17 +324,16 @@ class RunLayout(BaseModel):
     sharding: Annotated[Sharding, Strict(False)] | None = None  # the text "zero1" (strict is for the counts)
     recompute: Annotated[Recompute, Strict(False)] | None = None
     recompute_layers: int | None = Field(None, ge=1, le=MAX_LAYERS)
-    recompute_modules: list[str] | None = None
+    recompute_modules: tuple[RecomputeModule, ...] | None = None  # a list of names in the record
     sequence_parallel: bool | None = None
     ep: int | None = Field(None, ge=1, le=MAX_GPUS)
     etp: int | None = Field(None, ge=1, le=MAX_GPUS)
 
-    @field_validator("recompute_modules", mode="after")
+    @field_validator("recompute_modules", mode="before")
     @classmethod
-    def _modules(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None:
-            parse_modules(value)  # a one-line error naming the unknown module
-        return value
+    def _modules(cls, value: object) -> object:
+        """The names parsed once, sorted and without repeats (a one-line error names an unknown module)."""
+        return parse_modules(value) if isinstance(value, list | tuple) else value
 
     @model_validator(mode="after")
     def _modules_with_selective(self) -> RunLayout:
@@ -134,10 +342,7 @@ class RunLayout(BaseModel):
         return self
 
     def known(self) -> dict[str, Any]:
-        known = {k: getattr(self, k) for k in LAYOUT_FIELDS if getattr(self, k) is not None}
-        if self.recompute_modules is not None:
-            known["recompute_modules"] = parse_modules(self.recompute_modules)
-        return known
+        return {k: getattr(self, k) for k in LAYOUT_FIELDS if getattr(self, k) is not None}
 
     def unknown(self, experts: bool = False) -> list[str]:
         """The unpublished fields; the expert degrees only for a model with `experts` (dense: ep = etp = 1). The
@@ -199,17 +404,29 @@ class RunRecord(BaseModel):
         fp8 = fp8_pricing_note(self.job.fp8_recipe)
         return [fp8] if fp8 else []
 
-    def recipe_recompute(self) -> tuple[RecomputeModule, ...] | None:
-        """The selective recomputation modules the run's published recipe sets where the record leaves `recompute`
-        unpublished (`BRIDGE_RECIPE_RECOMPUTE`); None where no recipe says."""
-        if self.layout.recompute is not None or self.framework != "megatron-bridge":
-            return None
-        return BRIDGE_RECIPE_RECOMPUTE.get((self.model.name, self.cluster.gpu, self.job.precision))
+    def release(self) -> str | None:
+        """The release the record's id names (`mb-25.09`, `dgxc-v24.11.1`); None where it names none."""
+        found = _RELEASE_ID.match(self.id)
+        return found.group(1) if found else None
+
+    def recipe_fills(self) -> dict[str, RecipeRecompute | RecipeSharding]:
+        """The layout fields (`recompute`, `sharding`) the run's published recipe sets where the record leaves them
+        unpublished (`RECIPE_FILL`); empty where the record states them or no recipe says."""
+        release = self.release()
+        if release is None:
+            return {}
+        fill = RECIPE_FILL.get((release, self.model.name, self.cluster.gpu, self.job.precision, self.job.fp8_recipe))
+        if fill is None:
+            return {}
+        parts: dict[str, RecipeRecompute | RecipeSharding] = {"recompute": fill.recompute, "sharding": fill.sharding}
+        return {name: part for name, part in parts.items() if getattr(self.layout, name) is None}
 
     def unknown_layout_fields(self) -> list[str]:
         """The layout fields the record leaves unpublished and no recipe rule fills (the solver fills them)."""
-        recipe = ("recompute", "recompute_layers") if self.recipe_recompute() else ()
-        return [k for k in self.layout.unknown(experts=self.model.moe is not None) if k not in recipe]
+        filled = set(self.recipe_fills())
+        if "recompute" in filled:
+            filled.add("recompute_layers")
+        return [k for k in self.layout.unknown(experts=self.model.moe is not None) if k not in filled]
 
     def job_spec(self) -> JobSpec:
         """The record's job as a JobSpec (the attention kernel as `attention_kernel()` decides)."""
