@@ -43,7 +43,7 @@ from optlayout.cost.memory import (
 )
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
-from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
+from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
 from optlayout.layout.stages import chunk_layer_counts, stage_split
 from optlayout.solver.space import LayoutGroup, SpaceNodes
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
@@ -577,7 +577,12 @@ def _most_sharded(group: LayoutGroup) -> Sharding:
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     """The layout with full recomputation of `n` layers per model chunk."""
-    return Layout.unchecked(**{**layout.__dict__, "recompute_layers": n})
+    values = layout.__dict__.copy()
+    values["recompute_layers"] = n
+    return Layout.unchecked_fields(values, set(_ALL_FIELDS))  # `Layout.unchecked(**values)`, without the copies
+
+
+_ALL_FIELDS = frozenset(LAYOUT_DEFAULTS)
 
 
 def least_recomputed(layout: Layout) -> Layout:

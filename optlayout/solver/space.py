@@ -11,11 +11,12 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from optlayout.errors import InputError
 from optlayout.layout.axes import Axis
-from optlayout.layout.model import SEARCHED_AXES, Layout, Recompute, Sharding
+from optlayout.layout.model import LAYOUT_DEFAULTS, SEARCHED_AXES, Layout, Recompute, Sharding
 from optlayout.layout.recompute import DEFAULT_MODULES, RecomputeModule, module_problems, parse_modules
 from optlayout.layout.rules import (
     cp_fits_sequence,
@@ -162,6 +163,9 @@ def batch_targets(job: JobSpec) -> tuple[int, int]:
     return lo or 1, hi or (lo or 1) * 64
 
 
+_VARIANT_FIELDS = ("sharding", "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")
+
+
 @dataclass(frozen=True)
 class LayoutGroup:
     """Layouts sharing everything but sharding, recomputation and sequence parallelism."""
@@ -177,11 +181,23 @@ class LayoutGroup:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
 
     def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
-        # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat
-        layers = self.recompute_layers if recompute == Recompute.full else None
-        modules = self.recompute_modules if recompute == Recompute.selective else None
-        return Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute, recompute_layers=layers,
-                                recompute_modules=modules, sequence_parallel=sequence_parallel)  # fmt: skip
+        # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat;
+        # `Layout.unchecked(**degrees, sharding=..., ...)`, from the group's fields once
+        values = self._fields.copy()
+        values["sharding"] = sharding
+        values["recompute"] = recompute
+        values["recompute_layers"] = self.recompute_layers if recompute == Recompute.full else None
+        values["recompute_modules"] = self.recompute_modules if recompute == Recompute.selective else None
+        values["sequence_parallel"] = sequence_parallel
+        return Layout.unchecked_fields(values, set(self._fields_set))
+
+    @cached_property
+    def _fields(self) -> dict[str, object]:
+        return {**LAYOUT_DEFAULTS, **self.degrees}
+
+    @cached_property
+    def _fields_set(self) -> frozenset[str]:
+        return frozenset((*self.degrees, *_VARIANT_FIELDS))
 
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
