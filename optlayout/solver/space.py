@@ -235,7 +235,17 @@ def enumerate_groups(
             yield _group(spec, shared)
 
 
-GroupSpec = tuple[int, int, int, int, int, int, int, int, int, "int | None", "int | None", tuple[Sharding, ...],
+class SharedChoices(NamedTuple):
+    """What every group of the space has: the shardings allowed, the recomputations, the pinned recomputed layer
+    count and module set."""
+
+    shardings: tuple[Sharding, ...]
+    recomputes: tuple[Recompute, ...]
+    recompute_layers: int | None
+    modules: tuple[RecomputeModule, ...] | None
+
+
+GroupSpec = tuple[int, int, int, int, int, int, int, int, int, int | None, int | None, tuple[Sharding, ...],
                   tuple[bool, ...]]  # fmt: skip
 """A group's degrees in `LayoutGroup.degrees`' order, its shardings and its sequence-parallel choices."""
 _DEGREES = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "micro_batch", "grad_accum", "first_stage_layers",
@@ -272,22 +282,13 @@ def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, opt
     count = 0
     per_group = len(shared.recomputes)
     for spec in _group_specs(model, job, gpus, domain_size, options, shared):
-        node = nodes.get((spec[0], spec[3], spec[7], spec[5], spec[6]))
+        key = spec[0], spec[3], spec[7], spec[5], spec[6]
+        node = nodes.get(key)
         if node is None:
-            node = nodes[spec[0], spec[3], spec[7], spec[5], spec[6]] = []
+            node = nodes[key] = []
         node.append(spec)
         count += len(spec[11]) * len(spec[12]) * per_group
     return SpaceNodes(list(nodes.values()), count, shared)
-
-
-class SharedChoices(NamedTuple):
-    """What every group of the space has: the shardings allowed, the recomputations, the pinned recomputed layer
-    count and module set."""
-
-    shardings: tuple[Sharding, ...]
-    recomputes: tuple[Recompute, ...]
-    recompute_layers: int | None
-    modules: tuple[RecomputeModule, ...] | None
 
 
 def _shared_choices(model: ModelSpec, options: SpaceOptions) -> SharedChoices | None:
