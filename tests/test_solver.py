@@ -18,7 +18,7 @@ from optlayout.runs.uncertainty import LayoutUncertainty, Quantiles, Support, Un
 from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, variant_bound
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions, enumerate_groups, space_nodes
+from optlayout.solver.space import SpaceOptions, enumerate_groups, space_nodes, space_options
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec, Recompute
 from optlayout.topology import topology_from_cluster
 
@@ -90,16 +90,11 @@ def assert_nodes_walk_as_groups(model: ModelSpec, job: JobSpec, topo, options: S
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
-def test_the_space_in_nodes_is_walked_as_its_groups(problem) -> None:
+@given(problems(), st.sampled_from([{}, {"rl": 1}, {"rm": "core_attn+mlp"}, {"sharding": "zero1"}]))
+def test_the_space_in_nodes_is_walked_as_its_groups(problem, pins) -> None:
     model, cluster, job, k = problem
-    assert_nodes_walk_as_groups(
-        model,
-        job,
-        topology_from_cluster(cluster),
-        SpaceOptions(max_micro_batch=4, max_vp=4, max_cp=8, allow_idle_gpus=k % 2 == 0),
-        k,
-    )
+    options = space_options(pins, max_micro_batch=4, max_vp=4, max_cp=8, allow_idle_gpus=k % 2 == 0)
+    assert_nodes_walk_as_groups(model, job, topology_from_cluster(cluster), options, k)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
