@@ -18,7 +18,7 @@ from optlayout.runs.uncertainty import LayoutUncertainty, Quantiles, Support, Un
 from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, variant_bound
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions, enumerate_groups, space_nodes, space_options
+from optlayout.solver.space import SpaceOptions, enumerate_groups, node_key, space_nodes, space_options
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec, Recompute
 from optlayout.topology import topology_from_cluster
 
@@ -79,6 +79,7 @@ def assert_nodes_walk_as_groups(model: ModelSpec, job: JobSpec, topo, options: S
     for g in groups:
         d = g.degrees
         by_node.setdefault((d["tp"], d["cp"], d["micro_batch"], d["ep"], d["etp"]), []).append(g)
+    assert all(node_key(g) == key for key, members in by_node.items() for g in members)
     assert [space.groups(node) for node in space.nodes] == list(by_node.values())
     assert space.layout_count == sum(len(g) for g in groups)
     limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job), job.min_global_batch, job.max_global_batch)

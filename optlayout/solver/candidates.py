@@ -45,7 +45,7 @@ from optlayout.cost.step import step_floor_s, step_time, whole_model_s
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
 from optlayout.layout.stages import chunk_layer_counts, stage_split
-from optlayout.solver.space import LayoutGroup, SpaceNodes
+from optlayout.solver.space import LayoutGroup, SpaceNodes, node_key
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 from optlayout.timings import PhaseClock
 
@@ -552,8 +552,7 @@ class CostTable:
         else:
             nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
             for g in groups:
-                d = g.degrees
-                nodes.setdefault((d["tp"], d["cp"], d["micro_batch"], d["ep"], d["etp"]), []).append(g)
+                nodes.setdefault(node_key(g), []).append(g)
             for i, group_list in enumerate(nodes.values()):
                 most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in group_list)
                 heap.append((-self.node_bound(group_list[0], most), i, group_list))

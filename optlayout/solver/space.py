@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -250,13 +251,21 @@ GroupSpec = tuple[int, int, int, int, int, int, int, int, int, int | None, int |
 """A group's degrees in `LayoutGroup.degrees`' order, its shardings and its sequence-parallel choices."""
 _DEGREES = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "micro_batch", "grad_accum", "first_stage_layers",
             "last_stage_layers")  # fmt: skip
-NodeKey = tuple[int, int, int, int, int]  # tp, cp, micro_batch, ep, etp
+NODE_AXES = ("tp", "cp", "micro_batch", "ep", "etp")
+"""What the groups of one of the solver's bound nodes share (`CostTable.best_first`)."""
+NodeKey = tuple[int, int, int, int, int]
+_spec_node = operator.itemgetter(*(_DEGREES.index(a) for a in NODE_AXES))
+
+
+def node_key(group: LayoutGroup) -> tuple[int | None, ...]:
+    """The group's `NODE_AXES`."""
+    return tuple(group.degrees[a] for a in NODE_AXES)
 
 
 @dataclass(frozen=True)
 class SpaceNodes:
-    """The legal space as the solver's bound nodes (`CostTable.best_first`): groups sharing tp, cp, micro-batch, ep
-    and etp, the nodes in the order their first group comes in `enumerate_groups`, each node's groups in theirs,
+    """The legal space as the solver's bound nodes (`CostTable.best_first`): groups sharing their `NODE_AXES`, the
+    nodes in the order their first group comes in `enumerate_groups`, each node's groups in theirs,
     built as `LayoutGroup`s only when asked for; and the number of legal layouts."""
 
     nodes: list[list[GroupSpec]]
@@ -282,7 +291,7 @@ def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, opt
     count = 0
     per_group = len(shared.recomputes)
     for spec in _group_specs(model, job, gpus, domain_size, options, shared):
-        key = spec[0], spec[3], spec[7], spec[5], spec[6]
+        key = _spec_node(spec)
         node = nodes.get(key)
         if node is None:
             node = nodes[key] = []
