@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -201,3 +202,33 @@ def test_the_run_record_format_states_every_searched_axis() -> None:
     from optlayout.runs.records import LAYOUT_FIELDS
 
     assert set(LAYOUT_FIELDS) == {a.name for a in SEARCHED_AXES} - {"grad_accum"}
+
+
+def test_the_space_builds_its_layouts_as_unchecked_does() -> None:
+    """`LayoutGroup.layout` and the search's recomputed-layer variant build the layout `Layout.unchecked` builds (the
+    same values in the same order, the same fields set), without its copies."""
+    from optlayout.layout.model import Layout
+    from optlayout.solver.candidates import least_recomputed
+    from optlayout.solver.space import SpaceOptions, enumerate_groups
+
+    model = ModelSpec(layers=8, hidden=256, ffn=1024, heads=8, kv_heads=4, vocab=1000)
+    options = SpaceOptions(max_micro_batch=2, max_vp=2, pins={"recompute_modules": "core_attn+mlp"})
+    seen = 0
+    for group in enumerate_groups(model, JobSpec(seq_len=512, global_batch=16), 8, 8, options):
+        for sharding, recompute, sp in itertools.product(group.shardings, group.recomputes, group.sequence_parallel):
+            want = Layout.unchecked(**group.degrees, sharding=sharding, recompute=recompute,
+                                    recompute_layers=group.recompute_layers if recompute == "full" else None,
+                                    recompute_modules=group.recompute_modules if recompute == "selective" else None,
+                                    sequence_parallel=sp)  # fmt: skip
+            got = group.layout(sharding, recompute, sp)
+            assert list(got.__dict__.items()) == list(want.__dict__.items())
+            assert got.model_fields_set == want.model_fields_set and got == want
+            seen += 1
+        lay = group.layout(group.shardings[0], group.recomputes[-1], group.sequence_parallel[0])
+        one = least_recomputed(lay.model_copy(update={"recompute": "full", "recompute_modules": None}))
+        want = Layout.unchecked(**{**lay.__dict__, "recompute": "full", "recompute_modules": None,
+                                   "recompute_layers": 1})  # fmt: skip
+        assert (
+            list(one.__dict__.items()) == list(want.__dict__.items()) and one.model_fields_set == want.model_fields_set
+        )
+    assert seen > 100

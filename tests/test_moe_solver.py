@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_solver import assert_nodes_walk_as_groups
 
 from optlayout.cost import CostParams, usable_memory_bytes
 from optlayout.layout import layout_problems
@@ -77,6 +78,15 @@ def test_solver_top_k_equals_oracle_on_moe_models(problem) -> None:
         assert layout_problems(model, job, lay, topo.num_gpus) == []
         assert model.moe.experts % lay.ep == 0 and (lay.tp * lay.cp * lay.dp) % (lay.etp * lay.ep) == 0
         assert planned.prediction.fits and passes_limits(table.candidate(lay), limits)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moe_problems())
+def test_the_expert_space_in_nodes_is_walked_as_its_groups(problem) -> None:
+    model, cluster, job, k = problem
+    assert_nodes_walk_as_groups(
+        model, job, topology_from_cluster(cluster), SpaceOptions(max_micro_batch=2, max_vp=2, max_cp=4), k
+    )
 
 
 def test_qwen3_on_two_nodes_picks_expert_parallelism() -> None:

@@ -18,7 +18,7 @@ from optlayout.runs.uncertainty import LayoutUncertainty, Quantiles, Support, Un
 from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, variant_bound
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions, enumerate_groups
+from optlayout.solver.space import SpaceOptions, enumerate_groups, node_key, space_nodes, space_options
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec, Recompute
 from optlayout.topology import topology_from_cluster
 
@@ -68,6 +68,34 @@ def problems(draw):
         job = JobSpec(seq_len=seq, min_global_batch=lo, max_global_batch=lo * draw(st.sampled_from([1, 2, 4])),
                       memory_headroom=draw(st.floats(0.99, 0.9995)))  # fmt: skip
     return model, cluster, job, draw(st.integers(1, 4))
+
+
+def assert_nodes_walk_as_groups(model: ModelSpec, job: JobSpec, topo, options: SpaceOptions, k: int) -> None:
+    """`space_nodes` holds `enumerate_groups`' groups, each node's in their order, the nodes in the order their first
+    group comes, with the space's layout count; and the walk over it evaluates what the walk over the groups does."""
+    groups = list(enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options))
+    space = space_nodes(model, job, topo.num_gpus, topo.domain_size, options)
+    by_node: dict[tuple, list] = {}
+    for g in groups:
+        d = g.degrees
+        by_node.setdefault((d["tp"], d["cp"], d["micro_batch"], d["ep"], d["etp"]), []).append(g)
+    assert all(node_key(g) == key for key, members in by_node.items() for g in members)
+    assert [space.groups(node) for node in space.nodes] == list(by_node.values())
+    assert space.layout_count == sum(len(g) for g in groups)
+    limits = Limits(usable_memory_bytes(topo.gpu.memory_bytes, job), job.min_global_batch, job.max_global_batch)
+    table = CostTable(model, job, topo.gpu, topo, NO_RESERVE)
+    want, want_count = table.evaluated_candidates(groups, limits, k)
+    table = CostTable(model, job, topo.gpu, topo, NO_RESERVE)
+    got, got_count = table.evaluated_candidates(space, limits, k)
+    assert [c.layout for c in got] == [c.layout for c in want] and got_count == want_count
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from([{}, {"rl": 1}, {"rm": "core_attn+mlp"}, {"sharding": "zero1"}]))
+def test_the_space_in_nodes_is_walked_as_its_groups(problem, pins) -> None:
+    model, cluster, job, k = problem
+    options = space_options(pins, max_micro_batch=4, max_vp=4, max_cp=8, allow_idle_gpus=k % 2 == 0)
+    assert_nodes_walk_as_groups(model, job, topology_from_cluster(cluster), options, k)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -491,7 +491,12 @@ def _states_by_stage(
     state); an empty dict without a memo."""
     key = ("stage_states", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
            layout.ep, layout.etp, layout.dp, layout.cp, layout.sharding)  # fmt: skip
-    return memo.setdefault(key, {}) if memo is not None else {}
+    if memo is None:
+        return {}
+    found: dict[int, tuple[float, float, float]] | None = memo.get(key)
+    if found is None:
+        found = memo[key] = {}
+    return found
 
 
 def usable_memory_bytes(capacity_bytes: float, job: JobSpec) -> float:

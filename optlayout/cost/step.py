@@ -524,7 +524,8 @@ def _slowest_stage(
            layout.first_stage_layers, layout.last_stage_layers)  # fmt: skip
     found: tuple[StageTimes, int] | None = memo.get(key) if memo is not None else None
     if found is None:
-        stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, recomputed=r), layers)
+        overlapped = overlap_allowed(job, layout)
+        stages = [(_stage(model, job, layout, gpu, links, params, memo, mix, last, overlapped, r), layers)
                   for mix, last, r, layers in _stage_shapes(model, layout, memo)]  # fmt: skip
         found = max(stages, key=lambda stage: stage[0].total_s)
         if memo is not None:
@@ -603,23 +604,35 @@ def _stage(
     skey = (*lkey, layout.recompute, layout.recompute_modules, overlapped, mix, last, recomputed)
     st = memo.get(skey) if memo is not None else None
     if st is None:
-
-        def times_of(kind: LayerKind) -> LayerTimes:
-            key = (*lkey, kind)
-            lt = memo.get(key) if memo is not None else None
-            if lt is None:
-                lt = layer_times(model, job, layout, gpu, links, params, kind, memo)
-                if memo is not None:
-                    memo[key] = lt
-            return lt
-
-        mtp = times_of(mtp_kind(model)) if last and model.mtp_layers else None
+        mtp = _memo_layer_times(model, job, layout, gpu, links, params, memo, lkey, mtp_kind(model)) if (
+            last and model.mtp_layers) else None  # fmt: skip
         rerun = None if recomputed is None else tuple(dict(recomputed).get(k, 0) for k, _ in mix)
-        st = stage_times(model, job, layout, gpu, params, tuple((times_of(k), n) for k, n in mix), last, mtp,
-                         overlapped, rerun, memo)  # fmt: skip
+        held = tuple((_memo_layer_times(model, job, layout, gpu, links, params, memo, lkey, k), n) for k, n in mix)
+        st = stage_times(model, job, layout, gpu, params, held, last, mtp, overlapped, rerun, memo)
         if memo is not None:
             memo[skey] = st
     return st
+
+
+def _memo_layer_times(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None,
+    lkey: tuple[object, ...],
+    kind: LayerKind,
+) -> LayerTimes:
+    """`layer_times` of `kind` through the memo, under the layer-times key `lkey` (see `_stage`)."""
+    key = (*lkey, kind)
+    lt: LayerTimes | None = memo.get(key) if memo is not None else None
+    if lt is None:
+        lt = layer_times(model, job, layout, gpu, links, params, kind, memo)
+        if memo is not None:
+            memo[key] = lt
+    return lt
 
 
 def step_floor_s(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from math import prod
+from types import MappingProxyType
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -120,9 +122,16 @@ class Layout(BaseModel):
     def unchecked(cls, **values: object) -> Layout:
         """A layout built without validation, as pydantic's `model_construct` builds it (the same attributes) at a
         quarter of its cost: for the space, which yields only legal degrees, walked by the hundred thousand."""
+        return cls.unchecked_fields({**_DEFAULTS, **values}, set(values))
+
+    @classmethod
+    def unchecked_fields(cls, values: dict[str, object], fields_set: set[str]) -> Layout:
+        """`unchecked` from the value of every field, in field order (`values`, which the layout keeps as its own),
+        and the fields set: what `unchecked(**given)` builds from `values = {**defaults, **given}` and
+        `fields_set = set(given)`, without copying either."""
         obj = _new(cls)
-        _set_dict(obj, {**_DEFAULTS, **values})
-        _set_fields_set(obj, set(values))
+        _set_dict(obj, values)
+        _set_fields_set(obj, fields_set)
         _set_extra(obj, None)
         _set_private(obj, None)
         return obj
@@ -156,6 +165,8 @@ class Layout(BaseModel):
 
 
 _DEFAULTS = {name: info.default for name, info in Layout.model_fields.items()}
+LAYOUT_DEFAULTS: Mapping[str, object] = MappingProxyType(_DEFAULTS)
+"""Every field's default, in field order."""
 # `unchecked`'s setters, looked up once: the slots' and the instance dict's own descriptors (what
 # `object.__setattr__` finds on each call)
 _new = object.__new__

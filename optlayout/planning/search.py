@@ -185,7 +185,9 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
 
     problem, top = request.problem, request.top
     limits, topo = problem.limits, problem.topology
-    evaluated, legal = problem.table.evaluated_candidates(problem.groups(), limits, k=top, clock=clock)
+    with clock.phase("enumeration"):
+        space = problem.nodes()
+    evaluated, legal = problem.table.evaluated_candidates(space, limits, k=top, clock=clock)
     with clock.phase("reductions"):
         # the objective's scale: the best feasible throughput, the same the CP-SAT model derives from its booleans
         scale = throughput_scale([c for c in evaluated if passes_limits(c, limits)] or evaluated)

@@ -16,10 +16,10 @@ import itertools
 import math
 import operator
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from optlayout.cost import (
     DEFAULT_PARAMS,
@@ -43,9 +43,9 @@ from optlayout.cost.memory import (
 )
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
-from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, Layout, Recompute, Sharding
+from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
 from optlayout.layout.stages import chunk_layer_counts, stage_split
-from optlayout.solver.space import LayoutGroup
+from optlayout.solver.space import LayoutGroup, SpaceNodes, node_key
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 from optlayout.timings import PhaseClock
 
@@ -370,7 +370,11 @@ class CostTable:
         return max(self.robust.factor(group.layout(s, recompute, sp)) for s in group.shardings)
 
     def evaluated_candidates(
-        self, groups: Iterable[LayoutGroup], limits: Limits, k: int | None = None, clock: PhaseClock | None = None
+        self,
+        groups: Iterable[LayoutGroup] | SpaceNodes,
+        limits: Limits,
+        k: int | None = None,
+        clock: PhaseClock | None = None,
     ) -> tuple[list[Candidate], int]:
         """Evaluate the layouts, skipping those proven unable to be in the top k without evaluating them:
         (1) the state alone overflows (it depends on tp, pp, dp x cp and sharding only); (2) a smaller
@@ -393,14 +397,22 @@ class CostTable:
         fits memory, above its throughput at one recomputed layer (`recomputing_tps`): that twin, or a better one,
         is ranked in its stead.
         Returns the evaluated candidates (all fit memory; some may miss the batch or bubble limits) and the number
-        of legal layouts. `clock` gets the time spent walking the space
-        (enumeration), in the cost model (cost_tables) and the rest (reductions)."""
+        of legal layouts. `groups` may come in nodes (`SpaceNodes`, with `k`: their groups are built only for the
+        nodes the walk reaches). `clock` gets the time spent walking the space (enumeration), in the cost model
+        (cost_tables) and the rest (reductions)."""
         started = time.perf_counter()
         cost_before_s = self.cost_s
-        groups = list(groups)
+        ordered: Iterable[tuple[float, LayoutGroup]]
+        if isinstance(groups, SpaceNodes):
+            if k is None:
+                raise ValueError("a space in nodes is walked best bound first: give k")
+            seen = groups.layout_count
+            ordered = self.best_first(groups)
+        else:
+            in_order = list(groups)
+            seen = sum(len(g) for g in in_order)
+            ordered = self.best_first(in_order) if k is not None else ((math.inf, g) for g in in_order)
         enumerating_s = time.perf_counter() - started
-        seen = sum(len(g) for g in groups)
-        ordered = self.best_first(groups) if k is not None else ((math.inf, g) for g in groups)
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
         first_bound, ordered = peek(ordered)
         margin = 2.0 * (first_bound if k is not None else 0.0) / THROUGHPUT_RESOLUTION
@@ -518,31 +530,39 @@ class CostTable:
         """The layout's robust factor (1 unless the robust objective ranks)."""
         return self.robust.factor(layout) if self.robust is not None else 1.0
 
-    def node_bound(self, members: list[LayoutGroup]) -> float:
-        """An upper bound on the cluster tokens/s of every layout of groups sharing tp, cp, micro-batch, ep and etp:
-        a step is at least its micro-batches times the slowest stage, at least the average stage, which is the
-        whole model's per-micro-batch time over pp (`whole_model_s`, EP overlap wherever asked): tokens/s <=
-        micro-batch x sequence x dp x pp / that time."""
-        cheapest = members[0].cheapest_variant()
+    def node_bound(self, first: LayoutGroup, most_dp_pp: int) -> float:
+        """An upper bound on the cluster tokens/s of every layout of groups sharing tp, cp, micro-batch, ep and etp
+        (`first` the first of them, `most_dp_pp` their largest dp x pp): a step is at least its micro-batches times
+        the slowest stage, at least the average stage, which is the whole model's per-micro-batch time over pp
+        (`whole_model_s`, EP overlap wherever asked): tokens/s <= micro-batch x sequence x dp x pp / that time."""
+        cheapest = first.cheapest_variant()
         whole = whole_model_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params, self._memo)
-        most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in members)
-        return cheapest.micro_batch * self.job.seq_len * most / whole
+        return cheapest.micro_batch * self.job.seq_len * most_dp_pp / whole
 
-    def best_first(self, groups: list[LayoutGroup]) -> Iterator[tuple[float, LayoutGroup]]:
-        """Groups in decreasing `throughput_bound`, bounding a node's groups only once the node's bound leads."""
-        nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
-        for g in groups:
-            d = g.degrees
-            nodes.setdefault((d["tp"], d["cp"], d["micro_batch"], d["ep"], d["etp"]), []).append(g)
-        heap: list[tuple[float, int, LayoutGroup | list[LayoutGroup]]] = []
-        for i, members in enumerate(nodes.values()):
-            heap.append((-self.node_bound(members), i, members))
+    def best_first(self, groups: Iterable[LayoutGroup] | SpaceNodes) -> Iterator[tuple[float, LayoutGroup]]:
+        """Groups in decreasing `throughput_bound`, bounding a node's groups only once the node's bound leads (and,
+        for a space in nodes, building them only then)."""
+        heap: list[tuple[float, int, Any]] = []
+        members: Callable[[Any], list[LayoutGroup]]
+        if isinstance(groups, SpaceNodes):
+            space = groups
+            for i, node in enumerate(space.nodes):
+                heap.append((-self.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node)), i, node))
+            members = space.groups
+        else:
+            nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
+            for g in groups:
+                nodes.setdefault(node_key(g), []).append(g)
+            for i, group_list in enumerate(nodes.values()):
+                most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in group_list)
+                heap.append((-self.node_bound(group_list[0], most), i, group_list))
+            members = list
         heapq.heapify(heap)
         count = len(heap)
         while heap:
             priority, _, entry = heapq.heappop(heap)
             if isinstance(entry, list):
-                for g in entry:
+                for g in members(entry):
                     count += 1
                     heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, g))
             else:
@@ -556,7 +576,12 @@ def _most_sharded(group: LayoutGroup) -> Sharding:
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     """The layout with full recomputation of `n` layers per model chunk."""
-    return Layout.unchecked(**{**layout.__dict__, "recompute_layers": n})
+    values = layout.__dict__.copy()
+    values["recompute_layers"] = n
+    return Layout.unchecked_fields(values, set(_ALL_FIELDS))  # `Layout.unchecked(**values)`, without the copies
+
+
+_ALL_FIELDS = frozenset(LAYOUT_DEFAULTS)
 
 
 def least_recomputed(layout: Layout) -> Layout:

@@ -14,7 +14,14 @@ from optlayout.errors import InputError
 from optlayout.layout.model import Layout
 from optlayout.layout.rules import job_problems
 from optlayout.solver.candidates import CostTable, Limits
-from optlayout.solver.space import LayoutGroup, SpaceOptions, enumerate_groups, enumerate_layouts
+from optlayout.solver.space import (
+    LayoutGroup,
+    SpaceNodes,
+    SpaceOptions,
+    enumerate_groups,
+    enumerate_layouts,
+    space_nodes,
+)
 from optlayout.specs import JobSpec, ModelSpec
 from optlayout.topology import Topology
 
@@ -59,6 +66,10 @@ class Problem:
     def groups(self) -> Iterator[LayoutGroup]:
         """The legal space in groups (see `LayoutGroup`)."""
         return enumerate_groups(self.model, self.job, self.topology.num_gpus, self.topology.domain_size, self.options)
+
+    def nodes(self) -> SpaceNodes:
+        """The legal space in the solver's bound nodes (see `SpaceNodes`)."""
+        return space_nodes(self.model, self.job, self.topology.num_gpus, self.topology.domain_size, self.options)
 
     def layouts(self) -> Iterator[Layout]:
         """Every legal layout."""

@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from optlayout.errors import InputError
 from optlayout.layout.axes import Axis
-from optlayout.layout.model import SEARCHED_AXES, Layout, Recompute, Sharding
+from optlayout.layout.model import LAYOUT_DEFAULTS, SEARCHED_AXES, Layout, Recompute, Sharding
 from optlayout.layout.recompute import DEFAULT_MODULES, RecomputeModule, module_problems, parse_modules
 from optlayout.layout.rules import (
     cp_fits_sequence,
@@ -162,6 +164,9 @@ def batch_targets(job: JobSpec) -> tuple[int, int]:
     return lo or 1, hi or (lo or 1) * 64
 
 
+_VARIANT_FIELDS = ("sharding", "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")
+
+
 @dataclass(frozen=True)
 class LayoutGroup:
     """Layouts sharing everything but sharding, recomputation and sequence parallelism."""
@@ -177,11 +182,23 @@ class LayoutGroup:
         return len(self.shardings) * len(self.recomputes) * len(self.sequence_parallel)
 
     def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
-        # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat
-        layers = self.recompute_layers if recompute == Recompute.full else None
-        modules = self.recompute_modules if recompute == Recompute.selective else None
-        return Layout.unchecked(**self.degrees, sharding=sharding, recompute=recompute, recompute_layers=layers,
-                                recompute_modules=modules, sequence_parallel=sequence_parallel)  # fmt: skip
+        # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat;
+        # `Layout.unchecked(**degrees, sharding=..., ...)`, from the group's fields once
+        values = self._fields.copy()
+        values["sharding"] = sharding
+        values["recompute"] = recompute
+        values["recompute_layers"] = self.recompute_layers if recompute == Recompute.full else None
+        values["recompute_modules"] = self.recompute_modules if recompute == Recompute.selective else None
+        values["sequence_parallel"] = sequence_parallel
+        return Layout.unchecked_fields(values, set(self._fields_set))
+
+    @cached_property
+    def _fields(self) -> dict[str, object]:
+        return {**LAYOUT_DEFAULTS, **self.degrees}
+
+    @cached_property
+    def _fields_set(self) -> frozenset[str]:
+        return frozenset((*self.degrees, *_VARIANT_FIELDS))
 
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
@@ -213,16 +230,106 @@ def enumerate_groups(
     model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions
 ) -> Iterator[LayoutGroup]:
     """Every legal layout, grouped (see LayoutGroup), in a deterministic order."""
-    lo, hi = batch_targets(job)
+    shared = _shared_choices(model, options)
+    if shared is not None:
+        for spec in _group_specs(model, job, gpus, domain_size, options, shared):
+            yield _group(spec, shared)
+
+
+class SharedChoices(NamedTuple):
+    """What every group of the space has: the shardings allowed, the recomputations, the pinned recomputed layer
+    count and module set."""
+
+    shardings: tuple[Sharding, ...]
+    recomputes: tuple[Recompute, ...]
+    recompute_layers: int | None
+    modules: tuple[RecomputeModule, ...] | None
+
+
+GroupSpec = tuple[int, int, int, int, int, int, int, int, int, int | None, int | None, tuple[Sharding, ...],
+                  tuple[bool, ...]]  # fmt: skip
+"""A group's degrees in `LayoutGroup.degrees`' order, its shardings and its sequence-parallel choices."""
+_DEGREES = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "micro_batch", "grad_accum", "first_stage_layers",
+            "last_stage_layers")  # fmt: skip
+NODE_AXES = ("tp", "cp", "micro_batch", "ep", "etp")
+"""What the groups of one of the solver's bound nodes share (`CostTable.best_first`)."""
+NodeKey = tuple[int, int, int, int, int]
+_spec_node = operator.itemgetter(*(_DEGREES.index(a) for a in NODE_AXES))
+
+
+def node_key(group: LayoutGroup) -> tuple[int | None, ...]:
+    """The group's `NODE_AXES`."""
+    return tuple(group.degrees[a] for a in NODE_AXES)
+
+
+@dataclass(frozen=True)
+class SpaceNodes:
+    """The legal space as the solver's bound nodes (`CostTable.best_first`): groups sharing their `NODE_AXES`, the
+    nodes in the order their first group comes in `enumerate_groups`, each node's groups in theirs,
+    built as `LayoutGroup`s only when asked for; and the number of legal layouts."""
+
+    nodes: list[list[GroupSpec]]
+    layout_count: int
+    shared: SharedChoices | None
+
+    def groups(self, node: list[GroupSpec]) -> list[LayoutGroup]:
+        assert self.shared is not None  # a space with nodes has its shared choices
+        return [_group(spec, self.shared) for spec in node]
+
+    @staticmethod
+    def most_dp_pp(node: list[GroupSpec]) -> int:
+        """The largest dp x pp of the node's groups."""
+        return max(spec[4] * spec[1] for spec in node)
+
+
+def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions) -> SpaceNodes:
+    """The groups of `enumerate_groups`, in nodes (see `SpaceNodes`)."""
+    shared = _shared_choices(model, options)
+    if shared is None:
+        return SpaceNodes([], 0, None)
+    nodes: dict[NodeKey, list[GroupSpec]] = {}
+    count = 0
+    per_group = len(shared.recomputes)
+    for spec in _group_specs(model, job, gpus, domain_size, options, shared):
+        key = _spec_node(spec)
+        node = nodes.get(key)
+        if node is None:
+            node = nodes[key] = []
+        node.append(spec)
+        count += len(spec[11]) * len(spec[12]) * per_group
+    return SpaceNodes(list(nodes.values()), count, shared)
+
+
+def _shared_choices(model: ModelSpec, options: SpaceOptions) -> SharedChoices | None:
+    """The choices every group of the space shares; None for an empty space."""
     shardings = tuple(s for s in Sharding if _allowed(options, "sharding", s))
     recomputes = tuple(r for r in Recompute if _allowed(options, "recompute", r))
-    if options.pins.get("recompute_layers") is not None:  # a layer count is full recomputation's
+    pinned = options.pins.get("recompute_layers")
+    if pinned is not None:  # a layer count is full recomputation's
         recomputes = tuple(r for r in recomputes if r == Recompute.full)
     modules = pinned_modules(model, options)
     if options.pins.get("recompute_modules") is not None:  # a module set is selective recomputation's
         recomputes = tuple(r for r in recomputes if r == Recompute.selective)
     if not shardings or not recomputes:
-        return
+        return None
+    return SharedChoices(shardings, recomputes, pinned if isinstance(pinned, int) else None, modules)
+
+
+def _group(spec: GroupSpec, shared: SharedChoices) -> LayoutGroup:
+    degrees: dict[str, int | None] = dict(zip(_DEGREES, spec[:11], strict=True))
+    return LayoutGroup(degrees, spec[11], shared.recomputes, spec[12], shared.recompute_layers, shared.modules)
+
+
+def _group_specs(
+    model: ModelSpec,
+    job: JobSpec,
+    gpus: int,
+    domain_size: int,
+    options: SpaceOptions,
+    shared: SharedChoices,
+) -> Iterator[GroupSpec]:
+    """Every legal group (`GroupSpec`), in `enumerate_groups`' order."""
+    lo, hi = batch_targets(job)
     for tp in tp_choices(model, gpus, domain_size, options):
         values = ((True,) if model.moe is not None else (False, True)) if tp > 1 else (False,)  # MoE: SP with tp > 1
         sps = tuple(sp for sp in values if _allowed(options, "sequence_parallel", sp))
@@ -237,9 +344,8 @@ def enumerate_groups(
                 split = split_layers(model.layers, pp)
                 if split is None:
                     continue
-                for group in _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shardings,
-                                     recomputes, sps):  # fmt: skip
-                    yield dataclasses.replace(group, recompute_modules=modules) if modules else group
+                yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shared.shardings,
+                                   sps, shared.recompute_layers)  # fmt: skip
 
 
 def _groups(
@@ -254,16 +360,14 @@ def _groups(
     lo: int,
     hi: int,
     shardings: tuple[Sharding, ...],
-    recomputes: tuple[Recompute, ...],
     sps: tuple[bool, ...],
-) -> Iterator[LayoutGroup]:
+    pinned_layers: int | None,
+) -> Iterator[GroupSpec]:
     first, last = split
     full_dp = gpus // (tp * cp * pp)
     dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
     counts = set(stage_layer_counts(model.layers, pp, first, last))
     vps = [v for v in range(1, options.max_vp + 1) if v == 1 or (pp > 1 and vp_fits(counts, v))]
-    pinned = options.pins.get("recompute_layers")
-    pinned_layers = pinned if isinstance(pinned, int) else None
     if pinned_layers is not None:  # a pinned layer count within the largest model chunk
         vps = [v for v in vps if pinned_layers <= max(counts) // v]
     for dp in dps:
@@ -282,10 +386,7 @@ def _groups(
                     if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
                         continue
                     for ep, etp in experts:
-                        degrees = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp, "ep": ep, "etp": etp,
-                                   "micro_batch": mb, "grad_accum": ga, "first_stage_layers": first,
-                                   "last_stage_layers": last}  # fmt: skip
-                        yield LayoutGroup(degrees, group_shardings, recomputes, sps, pinned_layers)
+                        yield tp, pp, vp, cp, dp, ep, etp, mb, ga, first, last, group_shardings, sps
 
 
 def _micro_batches(options: SpaceOptions, dp: int, hi: int) -> list[int]:
