@@ -26,7 +26,6 @@ from optlayout.runs.records import (
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "nvidia_recipes.jsonl"
 
-# Hand-read from the recipe files (runs.records names tag and lines): what each release's recipe recomputes.
 # Hand-read from the recipe files (runs.records names tag and lines): what each release's recipe recomputes, and how
 # it shards the training state where the record leaves that unpublished.
 FILLED = {
@@ -122,6 +121,11 @@ def test_a_published_recompute_or_sharding_is_never_overridden(records) -> None:
         assert ("sharding" in published.recipe_fills()) == ("sharding" in fill)
         fsdp = _changed(records[i], layout={"sharding": "fsdp"})
         assert "sharding" not in fsdp.recipe_fills() and fsdp.layout.known()["sharding"] == Sharding.fsdp
+        # a layer count or a module list published without `recompute` is the record's recomputation too
+        counted = _changed(records[i], layout={"recompute_layers": 2})
+        assert "recompute" not in counted.recipe_fills()
+        listed = _changed(records[i], layout={"recompute_modules": ["core_attn"]})
+        assert "recompute" not in listed.recipe_fills()
 
 
 def test_each_fill_cites_a_recipe_file_with_its_tag_and_lines() -> None:

@@ -333,3 +333,12 @@ def test_hand_edited_illegal_plan_is_refused(cli, tmp_path) -> None:
     out = cli("emit", "--plan", str(path), "--format", "megatron")
     assert out.returncode == 2
     assert "layout 1 is illegal" in out.stderr and "heads (32) not divisible by tp (3)" in out.stderr
+
+
+def test_a_job_without_a_batch_is_refused_even_where_the_pins_leave_no_layout() -> None:
+    model = ModelSpec(layers=2, hidden=64, ffn=256, heads=8, kv_heads=8, vocab=1000)
+    no_sharding = space_options(exclude={"sharding": ["none", "zero1", "zero2", "fsdp"]})
+    with pytest.raises(OptlayoutError, match="global batch"):
+        list(enumerate_groups(model, JobSpec(seq_len=4), 8, 8, no_sharding))
+    with pytest.raises(OptlayoutError, match="global batch"):
+        space_nodes(model, JobSpec(seq_len=4), 8, 8, no_sharding)

@@ -88,23 +88,22 @@ class GroupRanking:
         """What `of(rank_problem(problem))` keeps for every layout at or above `floor_tokens_per_s` (cluster
         tokens/s), without the step time of the layouts that cannot reach it nor the best.
 
-        The count is of every feasible twin class: per group, which (sharding, sequence parallelism) have a layout
-        that fits (`_fitting_twins`), the exact memory only where the state alone fits and, along the sharding chain
-        none, ZeRO-1, ZeRO-2 (memory never rises along it) and between variants `holds_no_less` orders, only to find
-        where the first variant starts to fit, and most groups' not probed at all but inferred from groups of
-        smaller and larger micro-batches (`_fitting_twins_by_micro_batch`); the walk finds the fitting layouts of the
-        groups it reaches (`_fitting_choices`). The groups with a feasible layout are taken best bound first
-        (`CostTable.best_first`: a node's bound, then its groups' `throughput_bound`) and evaluated until a bound
-        falls below both the floor and the best feasible layout found (less two objective units, the rank key's
-        rounding). So the best, the
-        count, and the position and throughput of every layout at or above the floor are exact; the positions below
-        it are left out, and so are the throughputs of layouts below the floor. A layout is not evaluated once its
-        `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time, and with full
-        recomputation again at the fewest layers that fit, `CostTable.fewest_recomputed`; its evaluation reuses the
-        last) falls below both the floor and the best found, as a group's does, nor the rest of a variant once the
-        `variant_bound` of one of its layouts (sharded first) does; under the twin rule a
-        recomputing layout is not evaluated either once a feasible twin of less recomputation surely ranks ahead of
-        it (`CostTable.outranked_by_twin`)."""
+        The count is of every feasible twin class: per group, which (sharding, sequence parallelism) have a layout that
+        fits (`_fitting_twins`), the exact memory only where the state alone fits and, along the sharding chain none,
+        ZeRO-1, ZeRO-2 (memory never rises along it) and between variants `holds_no_less` orders, only to find where the
+        first variant starts to fit, and for most groups not probed at all but inferred from the groups of smaller and
+        larger micro-batches (`_fitting_twins_by_micro_batch`); the walk finds the fitting layouts of the groups it
+        reaches (`_fitting_choices`). The groups with a feasible layout are taken best bound first
+        (`CostTable.best_first`: a node's bound, then its groups' `throughput_bound`) and evaluated until a bound falls
+        below both the floor and the best feasible layout found (less two objective units, the rank key's rounding). So
+        the best, the count, and the position and throughput of every layout at or above the floor are exact; the
+        positions below it are left out, and so are the throughputs of layouts below the floor. A layout is not
+        evaluated once its `CostTable.recomputing_bound` (from its variant's step floor, then from its own step time,
+        and with full recomputation again at the fewest layers that fit, `CostTable.fewest_recomputed`; its evaluation
+        reuses the last) falls below both the floor and the best found, as a group's does, nor the rest of a variant
+        once the `variant_bound` of one of its layouts (sharded first) does; under the twin rule a recomputing layout is
+        not evaluated either once a feasible twin of less recomputation surely ranks ahead of it
+        (`CostTable.outranked_by_twin`)."""
         table, limits = problem.table, problem.limits
         if limits.max_bubble_fraction is not None:  # a bubble limit needs the step time of every layout
             return cls.of(rank_problem(problem))
@@ -354,17 +353,17 @@ def _fitting_twins(
     searched only below the first found so far; only the variants no other of the same sequence parallelism holds
     no more than (`holds_no_less`: where one fits, the other does; selective recomputation in place of none); and
     with sequence parallelism below the first without (the same recomputation with it holds no more). `within`:
-    a superset and a subset of the answer (those of groups holding no less and no more, `micro_batch_family`),
-    which bound each first sharding from below and above."""
+    a superset and a subset of the answer (those of the same `micro_batch_family`'s groups of a smaller and a larger
+    micro-batch, which hold no more and no less), which bound each first sharding from below and above."""
     twins: set[tuple[Sharding, bool]] = set()
     for c, chain in enumerate(_chains(group.shardings)):
         first = len(chain)
         for sp, recomputes in _twin_probes(group.recomputes, group.sequence_parallel):
             lo = 0
             if within is not None:  # none fits before the superset's first; some recomputation at the subset's
-                more, less = within
-                lo = next((k for k, s in enumerate(chain) if (s, sp) in more), len(chain))
-                first = min(first, next((k for k, s in enumerate(chain) if (s, sp) in less), len(chain)))
+                superset, subset = within
+                lo = next((k for k, s in enumerate(chain) if (s, sp) in superset), len(chain))
+                first = min(first, next((k for k, s in enumerate(chain) if (s, sp) in subset), len(chain)))
             for recompute in recomputes:
                 if lo >= first:
                     break
@@ -415,22 +414,24 @@ def _fitting_twins_by_micro_batch(
         """The twins of members[lo + 1 : hi], those of members[lo] and members[hi] found."""
         if hi - lo < 2:
             return
-        more, less = found[members[lo]], found[members[hi]]
-        if more == less:
-            found.update((members[k], more) for k in range(lo + 1, hi))
+        superset, subset = found[members[lo]], found[members[hi]]  # the smaller micro-batch's, the larger's
+        if superset == subset:
+            found.update((members[k], subset) for k in range(lo + 1, hi))
             return
         mid = (lo + hi) // 2
-        found[members[mid]] = _fitting_twins(groups[members[mid]], fits, guesses, (more, less))
+        found[members[mid]] = _fitting_twins(groups[members[mid]], fits, guesses, (superset, subset))
         between(members, lo, mid)
         between(members, mid, hi)
 
     for members in families.values():
         members.sort(key=lambda i: int(groups[i].degrees["micro_batch"] or 1))
         largest = groups[members[-1]]
-        less = found[members[-1]] = _fitting_twins(largest, fits, guesses)
+        subset = found[members[-1]] = _fitting_twins(largest, fits, guesses)
+        if len(members) == 1:
+            continue
         everything = frozenset(itertools.product(largest.shardings, largest.sequence_parallel))
-        found[members[0]] = less if less == everything else _fitting_twins(
-            groups[members[0]], fits, guesses, (everything, less))  # fmt: skip
+        found[members[0]] = subset if subset == everything else _fitting_twins(
+            groups[members[0]], fits, guesses, (everything, subset))  # fmt: skip
         between(members, 0, len(members) - 1)
     return [found[i] for i in range(len(groups))]
 

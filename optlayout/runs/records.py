@@ -418,8 +418,13 @@ class RunRecord(BaseModel):
         fill = RECIPE_FILL.get((release, self.model.name, self.cluster.gpu, self.job.precision, self.job.fp8_recipe))
         if fill is None:
             return {}
-        parts: dict[str, RecipeRecompute | RecipeSharding] = {"recompute": fill.recompute, "sharding": fill.sharding}
-        return {name: part for name, part in parts.items() if getattr(self.layout, name) is None}
+        lay = self.layout
+        parts: dict[str, RecipeRecompute | RecipeSharding] = {}
+        if lay.recompute is None and lay.recompute_layers is None and lay.recompute_modules is None:
+            parts["recompute"] = fill.recompute  # any of the three published: the record's recomputation
+        if lay.sharding is None:
+            parts["sharding"] = fill.sharding
+        return parts
 
     def unknown_layout_fields(self) -> list[str]:
         """The layout fields the record leaves unpublished and no recipe rule fills (the solver fills them)."""

@@ -230,6 +230,7 @@ def enumerate_groups(
     model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions
 ) -> Iterator[LayoutGroup]:
     """Every legal layout, grouped (see LayoutGroup), in a deterministic order."""
+    batch_targets(job)  # a job without a batch is refused even where the pins leave no layout
     shared = _shared_choices(model, options)
     if shared is not None:
         for spec in _group_specs(model, job, gpus, domain_size, options, shared):
@@ -284,6 +285,7 @@ class SpaceNodes:
 
 def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions) -> SpaceNodes:
     """The groups of `enumerate_groups`, in nodes (see `SpaceNodes`)."""
+    batch_targets(job)  # as `enumerate_groups`
     shared = _shared_choices(model, options)
     if shared is None:
         return SpaceNodes([], 0, None)
