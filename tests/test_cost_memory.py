@@ -8,7 +8,7 @@ import pytest
 
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.cost.memory import activation_bytes_per_layer, inflight_layers, memory_per_gpu
-from optlayout.layout.stages import chunk_layer_counts, split_layers, stage_layer_counts, vp_fits
+from optlayout.layout.stages import chunk_layer_counts, split_layers, stage_layer_counts, vp_fits, warmup_chunks
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
 # A GPT-style block as in the paper: MHA, 4h GeLU MLP, dropout, softmax materialized.
@@ -168,3 +168,11 @@ def test_memory_through_a_shared_memo_is_the_memory_of_each_layout_alone(model, 
         assert memory_total_bytes(spec, job, lay, DEFAULT_PARAMS, memo) == alone.total_bytes
         kinds.add((lay.sharding, lay.recompute, lay.vp > 1, alone.buffers_bytes > 0))
     assert len(kinds) >= 12
+
+
+def test_the_warm_up_is_megatrons_1f1b_and_interleaved_count() -> None:
+    # 1F1B: stage i of p holds p - i micro-batches; interleaved: (p - i - 1) * 2 warm-up micro-batches plus (v - 1)
+    # groups of p for the other chunks, and the one in flight (Korthikanti et al. 2022's L(1 + (p-1)/(pv)) layers)
+    assert [warmup_chunks(4, 1, i) for i in range(4)] == [4, 3, 2, 1]
+    assert [warmup_chunks(4, 2, i) for i in range(4)] == [11, 9, 7, 5]
+    assert warmup_chunks(8, 5) == 14 + 32 + 1

@@ -27,7 +27,14 @@ from optlayout.cost.attention import (
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.layout.recompute import RecomputeModule
-from optlayout.layout.stages import ChunkKinds, rank_chunk_kinds, rank_chunk_recomputed, rank_chunk_sizes, rank_kinds
+from optlayout.layout.stages import (
+    ChunkKinds,
+    rank_chunk_kinds,
+    rank_chunk_recomputed,
+    rank_chunk_sizes,
+    rank_kinds,
+    warmup_chunks,
+)
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 # what the in-flight activations per stage depend on: the whole layout but its sharding
@@ -208,9 +215,9 @@ def inflight_bytes(layout: Layout, chunk_bytes: list[float], stage: int) -> tupl
     """
     p, v, m = layout.pp, layout.vp, layout.grad_accum
     if v == 1:
-        micro_batches = min(p - stage, m)
+        micro_batches = min(warmup_chunks(p, 1, stage), m)
         return micro_batches * chunk_bytes[0], micro_batches
-    w = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
+    w = min(warmup_chunks(p, v, stage), m * v)
     cycles, rest = divmod(w, p * v)
     first_chunk = cycles * p + min(rest, p)
     partial, last = divmod(rest, p)

@@ -85,6 +85,12 @@ def chunk_layer_counts(counts: list[int], vp: int) -> list[int]:
     return [per_rank[s % pp][s // pp] for s in range(pp * vp)]
 
 
+def warmup_chunks(pp: int, vp: int, stage: int = 0) -> int:
+    """Chunk forwards pipeline stage `stage` runs before its first backward, with enough micro-batches: Megatron's
+    1F1B warm-up of pp - stage micro-batches, interleaved (pp - stage - 1) * 2 + (vp - 1) * pp + 1 chunks."""
+    return pp - stage if vp == 1 else (pp - stage - 1) * 2 + (vp - 1) * pp + 1
+
+
 def rank_chunk_sizes(layers: int, vp: int, first: bool) -> list[int]:
     """One rank's `layers` over its `vp` chunks, as even as possible; lighter chunks first on the first rank."""
     small, extra = divmod(layers, vp)

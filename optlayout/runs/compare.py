@@ -19,6 +19,7 @@ from typing import Any
 
 from optlayout.cost import CostParams
 from optlayout.errors import OptlayoutError
+from optlayout.layout.stages import warmup_chunks
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
 from optlayout.solver.candidates import (
@@ -382,13 +383,11 @@ def micro_batch_family(group: LayoutGroup) -> tuple[object, ...] | None:
     Memory reads the micro-batch only through the tokens of one micro-batch (`seq_len * micro_batch / cp`), each
     activation term a product or sum of it with non-negative constants (and rounding to nearest is monotone, so in
     floating point too); the accumulation only through the micro-batches in flight, which stop growing once the
-    first stage's warm-up is filled: pp micro-batches, (pp - 1) * 2 + (vp - 1) * pp + 1 chunks when interleaved
-    (`inflight_bytes`). Among groups of one family with that warm-up filled, a layout that fits at a micro-batch
-    fits at every smaller one."""
+    first stage's warm-up is filled (`layout.stages.warmup_chunks`, `inflight_bytes`). Among groups of one family
+    with that warm-up filled, a layout that fits at a micro-batch fits at every smaller one."""
     d = group.degrees
     pp, vp, grad_accum = int(d["pp"] or 1), int(d["vp"] or 1), int(d["grad_accum"] or 1)
-    warmup_chunks = pp if vp == 1 else (pp - 1) * 2 + (vp - 1) * pp + 1
-    if grad_accum * vp < warmup_chunks:
+    if grad_accum * vp < warmup_chunks(pp, vp):
         return None
     # the degrees decide the shardings and sequence parallelism a group allows; its space, the rest
     return tuple((k, v) for k, v in d.items() if k not in ("micro_batch", "grad_accum"))

@@ -26,7 +26,7 @@ from optlayout.layout.rules import (
     pp_fits_layers,
     tp_fits_heads,
 )
-from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits
+from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits, warmup_chunks
 from optlayout.specs import JobSpec, ModelSpec
 
 PIN_KEYS = tuple(a.name for a in SEARCHED_AXES)
@@ -424,6 +424,5 @@ def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: Spa
     largest = next((ga for ga in range(top, first - 1, -1) if legal(ga)), None)
     if largest is None:
         return []
-    warmup_chunks = (pp - 1) * 2 + (vp - 1) * pp + 1
-    below = range(first, min(largest, -(-warmup_chunks // vp))) if vp > 1 else range(0)
+    below = range(first, min(largest, -(-warmup_chunks(pp, vp) // vp))) if vp > 1 else range(0)
     return [ga for ga in below if legal(ga)] + [largest]
