@@ -165,10 +165,10 @@ def test_a_recipe_sharding_reads_as_the_layout_text_and_pins_it() -> None:
 
 def test_a_recipe_fill_reads_as_the_layout_text_and_pins_its_fields() -> None:
     # Megatron-Bridge's block method (perf scripts' recompute_num_layers=5: granularity full, method block, 5 layers)
-    block = RecipeRecompute(Recompute.full, "a recipe", layers=5)
+    block = RecipeRecompute(Recompute.full, "a recipe", recompute_layers=5)
     assert block.text() == "full,rl=5" and block.pins() == {"recompute": Recompute.full, "recompute_layers": 5}
     modules = (RecomputeModule.layernorm, RecomputeModule.moe_act)
-    selective = RecipeRecompute(Recompute.selective, "a recipe", modules=modules)
+    selective = RecipeRecompute(Recompute.selective, "a recipe", recompute_modules=modules)
     assert selective.text() == "selective:layernorm+moe_act"
     assert selective.pins() == {"recompute": Recompute.selective, "recompute_modules": modules}
     assert RecipeRecompute(Recompute.none, "a recipe").pins() == {"recompute": Recompute.none}

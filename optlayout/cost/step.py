@@ -593,13 +593,11 @@ def _stage(
     memo: dict[tuple[object, ...], Any] | None,
     mix: tuple[tuple[LayerKind, int], ...],
     last: bool,
-    overlapped: bool | None = None,
-    recomputed: tuple[tuple[LayerKind, int], ...] | None = None,
+    overlapped: bool,
+    recomputed: tuple[tuple[LayerKind, int], ...] | None,
 ) -> StageTimes:
     """A stage holding `mix` layers of each kind, through the memo (`overlapped`, `recomputed` (the layers of each
     kind full recomputation re-runs): see `stage_times`)."""
-    if overlapped is None:
-        overlapped = overlap_allowed(job, layout)
     lkey = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, layout.ep, layout.etp)
     skey = (*lkey, layout.recompute, layout.recompute_modules, overlapped, mix, last, recomputed)
     st = memo.get(skey) if memo is not None else None

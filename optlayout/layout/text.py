@@ -5,15 +5,15 @@ accepted too); plain `recompute=selective` is Megatron's default set, the attent
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.layout.axes import Axis
-from optlayout.layout.model import AXES, Layout
-from optlayout.layout.recompute import format_modules
+from optlayout.layout.model import AXES, Layout, Recompute
+from optlayout.layout.recompute import RecomputeModule, format_modules
 
 KEYS: dict[str, Axis] = {key: axis for axis in AXES for key in axis.keys}
 """Every accepted spelling -> its axis."""
@@ -66,9 +66,19 @@ def format_layout(layout: Layout) -> str:
     return ",".join(parts)
 
 
-def recompute_text(layout: Layout) -> str:
-    """The layout's recomputation as its text form writes it: `none`, `full`, `selective` (Megatron's default
-    module set) or `selective:layernorm+moe_act`."""
+class HasRecompute(Protocol):
+    """A recomputation choice: a layout's, or a published recipe's (`runs.records.RecipeRecompute`)."""
+
+    @property
+    def recompute(self) -> Recompute: ...
+
+    @property
+    def recompute_modules(self) -> tuple[RecomputeModule, ...] | None: ...
+
+
+def recompute_text(layout: HasRecompute) -> str:
+    """The recomputation as the layout text writes it: `none`, `full`, `selective` (Megatron's default module set)
+    or `selective:layernorm+moe_act`."""
     modules = layout.recompute_modules
     return layout.recompute.value + (f":{format_modules(modules)}" if modules else "")
 

@@ -19,7 +19,8 @@ from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_
 from optlayout.inputs.numbers import number_from_text
 from optlayout.inputs.readers import RUNS
 from optlayout.layout.model import Recompute, Sharding
-from optlayout.layout.recompute import RecomputeModule, format_modules, parse_modules
+from optlayout.layout.recompute import RecomputeModule, parse_modules
+from optlayout.layout.text import KEYS, recompute_text
 from optlayout.presets import gpu_preset
 from optlayout.specs import (
     AttentionKernel,
@@ -87,29 +88,25 @@ BRIDGE_FLEX_GPUS = frozenset({"gb200", "gb300", "b300"})
 
 @dataclass(frozen=True)
 class RecipeRecompute:
-    """The activation recomputation a published recipe sets: with `full`, the layers recomputed per model chunk
-    (`layers`, Megatron's block method; None: every layer), with `selective`, the modules (None: Megatron's default,
-    core_attn). `source`: the recipe file, its tag and lines."""
+    """The activation recomputation a published recipe sets, in the layout's fields: with `full`, the layers
+    recomputed per model chunk (`recompute_layers`, Megatron's block method; None: every layer), with `selective`,
+    the modules (None: Megatron's default, core_attn). `source`: the recipe file, its tag and lines."""
 
     recompute: Recompute
     source: str
-    layers: int | None = None
-    modules: tuple[RecomputeModule, ...] | None = None
+    recompute_layers: int | None = None
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
 
     def text(self) -> str:
         """`none`, `selective:layernorm+moe_act`, `full,rl=5` (the layout text's form)."""
-        if self.modules is not None:
-            return f"{self.recompute.value}:{format_modules(self.modules)}"
-        return self.recompute.value + (f",rl={self.layers}" if self.layers is not None else "")
+        layers = KEYS["rl"].text(self.recompute_layers) if self.recompute_layers is not None else None
+        return ",".join(t for t in (recompute_text(self), layers) if t)
 
     def pins(self) -> dict[str, object]:
         """The layout fields the recipe fixes, as solver pins."""
-        pins: dict[str, object] = {"recompute": self.recompute}
-        if self.layers is not None:
-            pins["recompute_layers"] = self.layers
-        if self.modules is not None:
-            pins["recompute_modules"] = self.modules
-        return pins
+        fields = {"recompute": self.recompute, "recompute_layers": self.recompute_layers,
+                  "recompute_modules": self.recompute_modules}  # fmt: skip
+        return {name: value for name, value in fields.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -179,7 +176,7 @@ _GPT_OSS_SELECTIVE = RecipeRecompute(
     Recompute.selective,
     "Megatron-Bridge scripts/performance/configs/gpt_oss/workload_base_configs.py @v0.2.0 lines 41-61, "
     "gpt_oss_workload_base_configs.py @v0.3.0 to @v0.4.2 lines 54-82: recompute_modules=[layernorm, moe_act]",
-    modules=(RecomputeModule.layernorm, RecomputeModule.moe_act),
+    recompute_modules=(RecomputeModule.layernorm, RecomputeModule.moe_act),
 )
 # Megatron-Core's distributed optimizer shards the optimizer state over the data-parallel group and keeps whole
 # gradients (ZeRO-1); so does Apex's DistributedFusedAdam (NeMo's distributed_fused_adam) with

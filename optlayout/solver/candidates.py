@@ -578,10 +578,7 @@ def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     """The layout with full recomputation of `n` layers per model chunk."""
     values = layout.__dict__.copy()
     values["recompute_layers"] = n
-    return Layout.unchecked_fields(values, set(_ALL_FIELDS))  # `Layout.unchecked(**values)`, without the copies
-
-
-_ALL_FIELDS = frozenset(LAYOUT_DEFAULTS)
+    return Layout.unchecked_fields(values, set(LAYOUT_DEFAULTS))  # `Layout.unchecked(**values)`: every field set
 
 
 def least_recomputed(layout: Layout) -> Layout:

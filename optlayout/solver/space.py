@@ -13,7 +13,7 @@ import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from optlayout.errors import InputError
 from optlayout.layout.axes import Axis
@@ -254,11 +254,17 @@ _DEGREES = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "micro_batch", "grad_accu
             "last_stage_layers")  # fmt: skip
 NODE_AXES = ("tp", "cp", "micro_batch", "ep", "etp")
 """What the groups of one of the solver's bound nodes share (`CostTable.best_first`)."""
-NodeKey = tuple[int, int, int, int, int]
+NodeKey = tuple[int | None, ...]
 _spec_node = operator.itemgetter(*(_DEGREES.index(a) for a in NODE_AXES))
+# a `GroupSpec`'s fields, by name (literals, which the type checker reads)
+_PP: Final = 1
+_DP: Final = 4
+_SHARDINGS: Final = 11
+_SEQUENCE_PARALLEL: Final = 12
+assert (_DEGREES[_PP], _DEGREES[_DP], len(_DEGREES)) == ("pp", "dp", _SHARDINGS)
 
 
-def node_key(group: LayoutGroup) -> tuple[int | None, ...]:
+def node_key(group: LayoutGroup) -> NodeKey:
     """The group's `NODE_AXES`."""
     return tuple(group.degrees[a] for a in NODE_AXES)
 
@@ -280,7 +286,7 @@ class SpaceNodes:
     @staticmethod
     def most_dp_pp(node: list[GroupSpec]) -> int:
         """The largest dp x pp of the node's groups."""
-        return max(spec[4] * spec[1] for spec in node)
+        return max(spec[_DP] * spec[_PP] for spec in node)
 
 
 def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions) -> SpaceNodes:
@@ -298,7 +304,7 @@ def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, opt
         if node is None:
             node = nodes[key] = []
         node.append(spec)
-        count += len(spec[11]) * len(spec[12]) * per_group
+        count += len(spec[_SHARDINGS]) * len(spec[_SEQUENCE_PARALLEL]) * per_group
     return SpaceNodes(list(nodes.values()), count, shared)
 
 
@@ -318,8 +324,9 @@ def _shared_choices(model: ModelSpec, options: SpaceOptions) -> SharedChoices | 
 
 
 def _group(spec: GroupSpec, shared: SharedChoices) -> LayoutGroup:
-    degrees: dict[str, int | None] = dict(zip(_DEGREES, spec[:11], strict=True))
-    return LayoutGroup(degrees, spec[11], shared.recomputes, spec[12], shared.recompute_layers, shared.modules)
+    degrees: dict[str, int | None] = dict(zip(_DEGREES, spec[:_SHARDINGS], strict=True))
+    return LayoutGroup(degrees, spec[_SHARDINGS], shared.recomputes, spec[_SEQUENCE_PARALLEL], shared.recompute_layers,
+                       shared.modules)  # fmt: skip
 
 
 def _group_specs(
