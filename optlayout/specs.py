@@ -32,7 +32,7 @@ PRICED_FP8_RECIPE: Fp8Recipe = "tensorwise"
 or their framework's default: Megatron-LM/NeMo delayed, Megatron-Bridge current). The cost model prices every
 recipe as this one."""
 GpuArch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "other"]
-AttentionKernel = Literal["flash", "flash2", "naive"]
+AttentionKernel = Literal["flash", "flash2", "triton", "naive"]
 Optimizer = Literal["adam", "muon"]
 MoeRouting = Literal["balanced"]
 MoeDispatcher = Literal["alltoall", "flex"]
@@ -463,8 +463,8 @@ class JobSpec(_Spec):
     attention_kernel: AttentionKernel = Field(
         "flash",
         description="flash: the GPU generation's own IO-aware kernel (FlashAttention-2 on Ampere, cuDNN/"
-        "FlashAttention-3 on Hopper and newer); flash2: FlashAttention-2 (or an Ampere-era Triton kernel) on any GPU; "
-        "naive: softmax materialized",
+        "FlashAttention-3 on Hopper and newer); flash2: FlashAttention-2 on any GPU; triton: FlashAttention "
+        "in pre-MLIR Triton (llm-foundry's attn_impl triton); naive: softmax materialized",
     )
     moe_routing: MoeRouting | None = Field(
         None, description="balanced: tokens forced uniform over the experts, dropless (benchmarks); None: real routing"

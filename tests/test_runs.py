@@ -99,7 +99,7 @@ def test_attention_kernel_is_read_or_assumed_and_the_assumption_is_reported(comp
     raw = _raw_runs()
     foundry = RunRecord.model_validate(raw["mosaic-h100-bf16-mpt7b-s8192-8g-b128"])
     nvidia = RunRecord.model_validate(raw["dgxc-v24.11.1-llama318b-bf16-8g-35a9aec"])
-    assert foundry.attention_kernel()[0] == "flash2" and "llm-foundry" in foundry.attention_kernel()[1]
+    assert foundry.attention_kernel()[0] == "triton" and "attn_impl triton" in foundry.attention_kernel()[1]
     assert nvidia.attention_kernel()[0] == "flash" and "not stated" in nvidia.attention_kernel()[1]
     stated = foundry.model_copy(update={"job": foundry.job.model_copy(update={"attention_kernel": "flash"})})
     assert stated.attention_kernel() == ("flash", None)
@@ -108,7 +108,7 @@ def test_attention_kernel_is_read_or_assumed_and_the_assumption_is_reported(comp
     on_b200 = titan.model_copy(update={"cluster": titan.cluster.model_copy(update={"gpu": "b200"})})
     assert on_b200.attention_kernel()[0] == "flash"  # cuDNN attention from Blackwell on
     rows = {row["id"]: row for row in compared[0]["runs"]}
-    assert rows[foundry.id]["assumed"]["attention_kernel"]["value"] == "flash2"
+    assert rows[foundry.id]["assumed"]["attention_kernel"]["value"] == "triton"
     assert rows[nvidia.id]["assumed"]["attention_kernel"]["value"] == "flash"
 
 

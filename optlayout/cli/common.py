@@ -101,7 +101,8 @@ AttentionKernelOpt = Annotated[
     typer.Option(
         "--attention-kernel",
         help="flash: the GPU's own fused kernel (cuDNN/FlashAttention-3 on Hopper+); flash2: FlashAttention-2 "
-        "(e.g. PyTorch SDPA's flash backend); naive: softmax materialized. Default: flash",
+        "(e.g. PyTorch SDPA's flash backend); triton: FlashAttention in pre-MLIR Triton (llm-foundry's attn_impl "
+        "triton); naive: softmax materialized. Default: flash",
     ),
 ]
 OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]

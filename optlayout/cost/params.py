@@ -50,6 +50,16 @@ class CostParams(BaseModel):
         "2024, abstract; FA2 reaches 35% of H100 peak): 1/1.75. PyTorch SDPA's FA2 backend ran at 329 TFLOP/s against "
         "cuDNN's 631 and FA3's 632 on an H100 (pytorch/pytorch issue #142132, Tritonbench): 0.52.",
     )
+    triton_flash_speed: float = Field(
+        1 / 1.8,
+        gt=0,
+        le=1,
+        description="speed of FlashAttention in pre-MLIR Triton (llm-foundry's attn_impl triton, copied from "
+        "flash-attention's flash_attn_triton.py @eff9fe6) relative to FlashAttention-2 on the same GPU. Source: "
+        "FlashAttention-2 is 1.3-2.5x faster than FlashAttention in Triton, forward + backward on an A100 (Dao 2023, "
+        "sec. 4.1): the range's geometric mean, 1.8; the Triton file itself: its forward + backward is slightly "
+        "slower than FlashAttention-1's CUDA kernel, which FA2 beats by 1.7-3.0x (same section).",
+    )
     attention_overhead_keys: float = Field(
         235.0,
         ge=0,

@@ -202,8 +202,10 @@ def _layer_base(
     ratio = params.attention_backward_ratio
     if job.attention_kernel != "naive":
         efficiency = params.attention_efficiency
-        if job.attention_kernel == "flash2" and gpu.arch in HOPPER_OR_NEWER:
-            efficiency *= params.flash2_speed_on_hopper
+        if job.attention_kernel in ("flash2", "triton") and gpu.arch in HOPPER_OR_NEWER:
+            efficiency *= params.flash2_speed_on_hopper  # both are Ampere kernels (mma.sync, no TMA/wgmma)
+        if job.attention_kernel == "triton":
+            efficiency *= params.triton_flash_speed
         # ring attention (CP) runs the kernel once per K/V chunk, on shorter keys; the diagonal tiles exponentiate
         # their masked scores too
         length = attention_length_factor(job.seq_len, layout.cp, job.causal, params)

@@ -61,7 +61,9 @@ class RunJob(BaseModel):
     global_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
     fp8_recipe: Fp8Recipe | None = Field(None, description="tensorwise | rowwise | blockwise | mxfp8; fp8 only")
-    attention_kernel: AttentionKernel | None = Field(None, description="flash | flash2 | naive; null = not stated")
+    attention_kernel: AttentionKernel | None = Field(
+        None, description="flash | flash2 | triton | naive; null = not stated"
+    )
     moe_routing: MoeRouting | None = Field(None, description="balanced (forced uniform, dropless); null = real routing")
     moe_dispatcher: MoeDispatcher | None = Field(None, description="alltoall | flex; null = not stated")
     optimizer: Optimizer = "adam"
@@ -70,11 +72,17 @@ class RunJob(BaseModel):
     _recipe_needs_fp8 = pydantic.field_validator("fp8_recipe")(recipe_needs_fp8)
 
 
-# Frameworks that run an Ampere-era attention kernel (FlashAttention-2) on the GPUs listed (None: every GPU),
+# Frameworks that run an Ampere-era attention kernel on the GPUs listed (None: every GPU): the kernel and why,
 # recognised in a record's `source` when `job.attention_kernel` is not stated.
-FLASH2_FRAMEWORKS: dict[str, tuple[str, frozenset[str] | None]] = {
-    "llm-foundry": ("llm-foundry's MPT benchmarks ran FlashAttention-2/Triton attention", None),
+FRAMEWORK_ATTENTION: dict[str, tuple[AttentionKernel, str, frozenset[str] | None]] = {
+    "llm-foundry": (
+        "triton",
+        "llm-foundry's MPT benchmarks ran attn_impl triton (scripts/train/yamls/pretrain/mpt-*.yaml and "
+        "benchmarking/submit_benchmarks.py's default @b2a43a1)",
+        None,
+    ),
     "torchtitan": (
+        "flash2",
         "torchtitan's SDPA takes PyTorch's FlashAttention-2 backend before Blackwell (torchtitan PR #1196)",
         frozenset({"ampere", "hopper"}),
     ),
@@ -376,10 +384,10 @@ class RunRecord(BaseModel):
         """The attention kernel the run used, and why it was assumed (None when the record states it)."""
         if self.job.attention_kernel is not None:
             return self.job.attention_kernel, None
-        for name, (why, archs) in FLASH2_FRAMEWORKS.items():
+        for name, (kernel, why, archs) in FRAMEWORK_ATTENTION.items():
             named = name == self.framework or name in self.source.lower()
             if named and (archs is None or gpu_preset(self.cluster.gpu).arch in archs):
-                return "flash2", f"from the source: {why}"
+                return kernel, f"from the source: {why}"
         return "flash", "not stated: the GPU's native fused kernel"
 
     def moe_dispatcher(self) -> tuple[MoeDispatcher, str | None]:
