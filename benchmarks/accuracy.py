@@ -59,7 +59,7 @@ def _cross_validation(records: list) -> list[str]:
     rep = calibrate(records, fitted_on="benchmark").report
     keys = ("cross_validated_by_source", "cross_validated_by_gpu", "in_sample", "uncalibrated")
     out = [
-        f"Calibrated (`optlayout calibrate`, five constants per GPU/precision, {time.perf_counter() - t0:.0f} s): "
+        f"Calibrated (`optlayout calibrate`, four constants per GPU/precision, {time.perf_counter() - t0:.0f} s): "
         "MAPE of tokens/s/GPU and, in brackets, the median signed error (predicted / measured - 1; positive: "
         "optimistic), cross-validated leaving one source out and leaving one GPU out (its runs then get the "
         "constants fitted on the other GPUs), against in-sample and uncalibrated.",
