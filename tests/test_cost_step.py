@@ -9,6 +9,7 @@ import pytest
 
 from optlayout.cost import DEFAULT_PARAMS, group_links
 from optlayout.cost.step import gemm_s, layer_times
+from optlayout.errors import InputError
 from optlayout.presets import gpu_preset, model_preset
 from optlayout.runs.predict import predict_run
 from optlayout.runs.records import RunRecord
@@ -203,3 +204,18 @@ def test_nccl_latency_by_hand_rings_grow_with_ranks_and_all_reduce_takes_the_tre
     assert all_gather_s(1.0, wide, 1.0, DEFAULT_PARAMS) == pytest.approx(296.8e-6, rel=1e-9)
     assert all_reduce_s(1.0, wide, 1.0, DEFAULT_PARAMS) == pytest.approx(148.4e-6, rel=1e-9)
     assert all_reduce_s(1.0, one_server, 1.0, DEFAULT_PARAMS) == pytest.approx(56e-6, rel=1e-9)
+
+
+def test_a_calibration_of_an_earlier_release_still_applies_its_fitted_attention_efficiency(tmp_path) -> None:
+    """Earlier releases fitted the attention kernel's efficiency; their files still load and apply it (inside its
+    range), while a value outside the range is refused naming the field."""
+    from optlayout.runs.calibrate import load_calibration
+
+    text = "schema_version: 1\nfitted_on: earlier\nfitted: [gemm_efficiency, attention_efficiency]\n"
+    path = tmp_path / "old.yaml"
+    path.write_text(text + "default: {gemm_efficiency: 0.7, attention_efficiency: 0.3}\n")
+    params = load_calibration(path).params_for("h100-sxm", "bf16")
+    assert (params.gemm_efficiency, params.attention_efficiency) == (0.7, 0.3)
+    path.write_text(text + "default: {gemm_efficiency: 0.7, attention_efficiency: 0.95}\n")
+    with pytest.raises(InputError, match=r"default\.attention_efficiency: 0\.95 is outside"):
+        load_calibration(path)

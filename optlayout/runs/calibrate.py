@@ -44,6 +44,8 @@ FITTED: dict[str, tuple[float, float]] = {
     "tp_comm_overlap": (0.0, 0.95),
     "dp_comm_overlap": (0.0, 1.0),
 }
+# Fitted by earlier releases and still read from their files (with the same physical range): such a file applies them.
+FORMERLY_FITTED: dict[str, tuple[float, float]] = {"attention_efficiency": (0.1, 0.9)}
 MIN_RUNS_PER_KEY = 8  # fewer runs than this for a GPU/precision: use the global fit
 # Fitted on mixture-of-experts runs only, one set for every GPU, on top of the dense constants (which MoE runs never
 # refit): the grouped expert GEMMs' rate against a dense GEMM's and the expert all-to-all's link efficiency.
@@ -100,7 +102,7 @@ def load_calibration(path: str | Path) -> Calibration:
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "calibration")) from None
     for key, values in {"default": calibration.default, "moe": calibration.moe, **calibration.entries}.items():
-        fittable = MOE_FITTED if key == "moe" else FITTED
+        fittable = MOE_FITTED if key == "moe" else FITTED | FORMERLY_FITTED
         for name, value in values.items():  # only fitted constants, each inside the range a fit may reach
             if name not in fittable:
                 raise InputError(f"calibration {key}.{name}: not a calibrated constant ({', '.join(fittable)})")
