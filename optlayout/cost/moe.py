@@ -66,13 +66,16 @@ def grouped_gemm_s(
     groups: int, m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, params: CostParams
 ) -> float:
     """One grouped GEMM over `groups` experts of m x k @ k x n each: per expert the dense GEMM model (its own tile
-    padding of m, its weights' bytes) at the grouped rate, launched once."""
+    padding of m, its weights' bytes, its launch) at the grouped rate. Transformer Engine's GroupedLinear (and the
+    legacy grouped_gemm path) issues one cuBLAS GEMM per local expert, round-robin over 4 compute streams
+    (TransformerEngine transformer_engine/common/gemm/cublaslt_gemm.cu: nvte_multi_tensor_gemm falls back to
+    multi_stream_cublas_gemm, a loop over num_gemms, except on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM=1 in BF16,
+    default off), so each expert pays `kernel_overhead_s`: a fixed cost per local expert, layer and micro-batch."""
     from optlayout.cost.step import gemm_s
 
     if groups <= 0 or m <= 0:
         return 0.0
-    one = gemm_s(m, n, k, flops_per_s * params.grouped_gemm_efficiency_ratio, gpu, params) - params.kernel_overhead_s
-    return groups * one + params.kernel_overhead_s
+    return groups * gemm_s(m, n, k, flops_per_s * params.grouped_gemm_efficiency_ratio, gpu, params)
 
 
 def routed_times(
