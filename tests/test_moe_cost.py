@@ -114,6 +114,22 @@ def test_grouped_gemm_flops_are_the_active_experts() -> None:
     assert gemm_s == pytest.approx((routed + shared + router) / rate, rel=1e-7)  # bytes at ~infinite HBM
 
 
+def test_grouped_gemm_launches_one_gemm_per_local_expert() -> None:
+    """Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert (nvte_multi_tensor_gemm ->
+    multi_stream_cublas_gemm): Qwen3-30B-A3B's 128 experts at ep 8 (16 local) and ep 2 (64 local), 4,096 tokens
+    and k 8 per GPU, 2,048 and 512 rows per expert (tile-aligned), FLOP-bound: the same FLOPs, and the routed
+    up and down projections' launches 2 x 16 and 2 x 64 x 4 us, by hand."""
+    model = model_preset("qwen3-30b-a3b")
+    params = DEFAULT_PARAMS.model_copy(update={"hbm_efficiency": 1e6})  # FLOP-bound only
+    rate = H100.peak_flops_for("bf16") * params.gemm_efficiency * params.grouped_gemm_efficiency_ratio
+    flops = 2 * 4096 * 8 * 3 * 2048 * 768  # k copies of each token through the three expert matrices
+    router = gemm_s_of(4096, 128, 2048, H100.peak_flops_for("bf16") * params.gemm_efficiency, H100, params)
+    for ep in (8, 2):
+        layout, links = _links(f"dp=8,ep={ep}", 8)
+        gemms = routed_times(model, BALANCED, layout, H100, links, params).gemm_s - router
+        assert gemms == pytest.approx(flops / rate + 2 * (128 // ep) * params.kernel_overhead_s, rel=1e-6)
+
+
 def test_mla_widths_and_projections() -> None:
     """DeepSeek-V3 MLA: score width 128 x (128 + 64) = 24,576 and value width 128 x 128 = 16,384 per layer;
     projections 187.1 M parameters per layer (moe.md 4.2), split over TP but for the duplicated down projections."""
