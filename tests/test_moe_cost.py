@@ -90,6 +90,28 @@ def test_all_to_all_volumes_and_tokens_per_expert() -> None:
                                             + 2 * links.ep.latency_s)  # fmt: skip
 
 
+def test_flex_dispatch_across_nodes_sends_a_token_once_per_node() -> None:
+    """DeepEP/HybridEP across nodes (DeepEP internode.cu: one RDMA copy per destination node, NVLink forwarding
+    there): Qwen3-30B-A3B at ep 16 on two 8-GPU H100 nodes, 4,096 tokens per GPU, FP8 dispatch. A token crosses
+    InfiniBand unless its 8 experts all sit on its own node's 64, probability C(64, 8) / C(128, 8); the bytes that
+    cross go at the GPU's 400 Gb/s rail, by hand (the all-to-all efficiency aside), for the dispatch (1 B) and the
+    combine (2 B)."""
+    import math
+
+    model = model_preset("qwen3-30b-a3b")
+    layout, links = _links("dp=16,ep=16", 16)
+    assert links.ep.domains == 2
+    job = BALANCED.model_copy(update={"moe_dispatcher": "flex", "precision": "fp8"})
+    remote = 1 - math.comb(64, 8) / math.comb(128, 8)
+    crossing = 4096 * remote * 2048  # elements per GPU and direction over the network
+    rail = 400e9 / 8 * DEFAULT_PARAMS.all_to_all_efficiency
+    t = routed_times(model, job, layout, H100, links, DEFAULT_PARAMS)
+    assert t.comm_fwd_s == pytest.approx((1 + 2) * crossing / rail + 2 * links.ep.latency_s, rel=1e-9)
+    assert t.comm_bwd_s == pytest.approx(2 * 2 * crossing / rail + 2 * links.ep.latency_s, rel=1e-9)
+    alltoall = routed_times(model, BALANCED, layout, H100, links, DEFAULT_PARAMS)  # 8 copies, half of them remote
+    assert alltoall.comm_bwd_s - 2 * links.ep.latency_s == pytest.approx(2 * 2 * 4096 * 4 * 2048 / rail, rel=1e-9)
+
+
 def test_distinct_destination_ranks_match_the_reference() -> None:
     """moe.md 5.3: DeepSeek-V3 E 256, k 8: EP8 5.29, EP64 7.68; Qwen3 E 128, k 8: EP8 5.34; GPT-OSS k 4: EP16 3.68."""
     assert distinct_ranks(256, 8, 8) == pytest.approx(5.29, abs=0.01)
