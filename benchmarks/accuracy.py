@@ -301,12 +301,14 @@ def moe_main(path: str, write: bool) -> int:
               "run at 16,384 tokens is the MoE file's one memory-model miss once its recipe's recomputation is "
               "filled in: its record gives micro-batch 4 where the Megatron-Bridge v0.2.0 H100 recipe it names "
               "sets 1, scripts/performance/configs/gpt_oss/workload_base_configs.py; Qwen3 on 16 H100 "
-              f"at ep 16, whose all-to-all crosses InfiniBand, is the exception, "
+              "at ep 16, whose HybridEP all-to-all crosses InfiniBand once per destination node, shows it too, "
               f"{us(qwen, 'h100-sxm', 'fp8', 4096, 4096, 16)}): the "
               "signature of host-bound steps (eager launches and the all-to-all dispatcher's host synchronisation "
               "per layer, which Megatron-Bridge's MoE optimization guide lists as 'CPU overhead' and treats with "
-              "CUDA graphs and larger micro-batches), of which the model charges only 4 us per kernel. Neither has "
-              "a sourced constant, so neither is charged; the cost model is unchanged (dense predictions too).",
+              "CUDA graphs and larger micro-batches), of which the model charges 4 us per kernel, a grouped GEMM "
+              "one launch per local expert (Transformer Engine's GroupedLinear issues one cuBLAS GEMM per expert). "
+              "Neither has a sourced constant beyond that, so neither is charged further; dense predictions are "
+              "not touched by the MoE terms.",
               "",
               "Ruled out, with the evidence: (a) attention sinks outside the fused kernel: every measured release "
               "runs them in cuDNN's fused attention (Transformer Engine >= 2.8 with cuDNN >= 9.13.1 for BSHD/SBHD, "

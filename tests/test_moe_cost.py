@@ -90,6 +90,28 @@ def test_all_to_all_volumes_and_tokens_per_expert() -> None:
                                             + 2 * links.ep.latency_s)  # fmt: skip
 
 
+def test_flex_dispatch_across_nodes_sends_a_token_once_per_node() -> None:
+    """DeepEP/HybridEP across nodes (DeepEP internode.cu: one RDMA copy per destination node, NVLink forwarding
+    there): Qwen3-30B-A3B at ep 16 on two 8-GPU H100 nodes, 4,096 tokens per GPU, FP8 dispatch. A token crosses
+    InfiniBand unless its 8 experts all sit on its own node's 64, probability C(64, 8) / C(128, 8); the bytes that
+    cross go at the GPU's 400 Gb/s rail, by hand (the all-to-all efficiency aside), for the dispatch (1 B) and the
+    combine (2 B)."""
+    import math
+
+    model = model_preset("qwen3-30b-a3b")
+    layout, links = _links("dp=16,ep=16", 16)
+    assert links.ep.domains == 2
+    job = BALANCED.model_copy(update={"moe_dispatcher": "flex", "precision": "fp8"})
+    remote = 1 - math.comb(64, 8) / math.comb(128, 8)
+    crossing = 4096 * remote * 2048  # elements per GPU and direction over the network
+    rail = 400e9 / 8 * DEFAULT_PARAMS.all_to_all_efficiency
+    t = routed_times(model, job, layout, H100, links, DEFAULT_PARAMS)
+    assert t.comm_fwd_s == pytest.approx((1 + 2) * crossing / rail + 2 * links.ep.latency_s, rel=1e-9)
+    assert t.comm_bwd_s == pytest.approx(2 * 2 * crossing / rail + 2 * links.ep.latency_s, rel=1e-9)
+    alltoall = routed_times(model, BALANCED, layout, H100, links, DEFAULT_PARAMS)  # 8 copies, half of them remote
+    assert alltoall.comm_bwd_s - 2 * links.ep.latency_s == pytest.approx(2 * 2 * 4096 * 4 * 2048 / rail, rel=1e-9)
+
+
 def test_distinct_destination_ranks_match_the_reference() -> None:
     """moe.md 5.3: DeepSeek-V3 E 256, k 8: EP8 5.29, EP64 7.68; Qwen3 E 128, k 8: EP8 5.34; GPT-OSS k 4: EP16 3.68."""
     assert distinct_ranks(256, 8, 8) == pytest.approx(5.29, abs=0.01)
@@ -112,6 +134,22 @@ def test_grouped_gemm_flops_are_the_active_experts() -> None:
     shared = 2 * 4096 * 3 * 7168 * 2048
     router = 2 * 4096 * 256 * 7168
     assert gemm_s == pytest.approx((routed + shared + router) / rate, rel=1e-7)  # bytes at ~infinite HBM
+
+
+def test_grouped_gemm_launches_one_gemm_per_local_expert() -> None:
+    """Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert (nvte_multi_tensor_gemm ->
+    multi_stream_cublas_gemm): Qwen3-30B-A3B's 128 experts at ep 8 (16 local) and ep 2 (64 local), 4,096 tokens
+    and k 8 per GPU, 2,048 and 512 rows per expert (tile-aligned), FLOP-bound: the same FLOPs, and the routed
+    up and down projections' launches 2 x 16 and 2 x 64 x 4 us, by hand."""
+    model = model_preset("qwen3-30b-a3b")
+    params = DEFAULT_PARAMS.model_copy(update={"hbm_efficiency": 1e6})  # FLOP-bound only
+    rate = H100.peak_flops_for("bf16") * params.gemm_efficiency * params.grouped_gemm_efficiency_ratio
+    flops = 2 * 4096 * 8 * 3 * 2048 * 768  # k copies of each token through the three expert matrices
+    router = gemm_s_of(4096, 128, 2048, H100.peak_flops_for("bf16") * params.gemm_efficiency, H100, params)
+    for ep in (8, 2):
+        layout, links = _links(f"dp=8,ep={ep}", 8)
+        gemms = routed_times(model, BALANCED, layout, H100, links, params).gemm_s - router
+        assert gemms == pytest.approx(flops / rate + 2 * (128 // ep) * params.kernel_overhead_s, rel=1e-6)
 
 
 def test_mla_widths_and_projections() -> None:

@@ -85,7 +85,7 @@ def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
     a2a = Link(1, math.inf, 0.0)
     if size > 1:
         a2a = Link(size, topology.dim_all_to_all_bandwidth_Bps(size, stride), topology.dim_all_to_all_latency_s(size,
-                   stride))  # fmt: skip
+                   stride), topology.dim_domains(size, stride))  # fmt: skip
     p, s = layout.pp, pp_stride
     fill = tuple(Link(2, *topology.pairs_link(i * s, (i + 1) * s, s)) for i in range(p - 1))
     steady = fill + ((Link(2, *topology.pairs_link((p - 1) * s, 0, s)),) if layout.vp > 1 else ())

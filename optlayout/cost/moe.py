@@ -8,7 +8,8 @@ E / ep local experts' grouped GEMMs (each expert's FFN split over etp), sorted b
 expert-TP, combined (all-to-all back) and un-permuted. The backward moves the same tensors the other way, in 16
 bits. Shared experts run as a dense MLP of their total width, tensor-parallel like the attention. With the `flex`
 dispatcher (DeepEP/HybridEP) a token moves once per destination rank, r = ep (1 - C(E - E/ep, k) / C(E, k))
-expected under uniform routing, and is dispatched in FP8 in FP8 jobs (moe.md 5.3).
+expected under uniform routing (across scale-up domains once per destination domain: `flex_copies`), and is
+dispatched in FP8 in FP8 jobs (moe.md 5.3).
 
 Load: balanced routing (forced, benchmarks) gives each expert T_loc x k x ep / E rows per rank; real routing
 multiplies the busiest rank's rows by `CostParams.real_routing_imbalance` (GEMMs, received all-to-all bytes,
@@ -45,6 +46,18 @@ def distinct_ranks(experts: int, ep: int, top_k: int) -> float:
     return ep * (1.0 - miss)
 
 
+def flex_copies(experts: int, ep: int, top_k: int, domains: int) -> float:
+    """Copies of a token the flex dispatcher (DeepEP, HybridEP) moves at the EP group's all-to-all rate: one per
+    destination rank inside one scale-up domain; across domains, one per destination domain, the all-to-all being
+    bound by the network share: DeepEP's internode dispatch sends a token once over RDMA to each destination node,
+    with a mask of its NVLink ranks there, and forwards it over NVLink (deepseek-ai/DeepEP csrc/kernels/internode.cu,
+    SourceMeta.is_token_in_nvl_rank_bits; the combine reduces inside the node before sending back; HybridEP is
+    hierarchical alike, docs/README_Hybrid-EP.md; moe.md 5.3). `domains`: those the EP group spans, evenly."""
+    if domains > 1:
+        return distinct_ranks(experts, domains, top_k)
+    return distinct_ranks(experts, ep, top_k)
+
+
 def local_tokens(job: JobSpec, layout: Layout) -> float:
     """Tokens of one micro-batch entering an MoE layer on one GPU: the sequence-parallel shard (SP is mandatory
     with tp > 1 on MoE)."""
@@ -66,13 +79,16 @@ def grouped_gemm_s(
     groups: int, m: float, n: float, k: float, flops_per_s: float, gpu: GpuSpec, params: CostParams
 ) -> float:
     """One grouped GEMM over `groups` experts of m x k @ k x n each: per expert the dense GEMM model (its own tile
-    padding of m, its weights' bytes) at the grouped rate, launched once."""
+    padding of m, its weights' bytes, its launch) at the grouped rate. Transformer Engine's GroupedLinear (and the
+    legacy grouped_gemm path) issues one cuBLAS GEMM per local expert, round-robin over 4 compute streams
+    (TransformerEngine transformer_engine/common/gemm/cublaslt_gemm.cu: nvte_multi_tensor_gemm falls back to
+    multi_stream_cublas_gemm, a loop over num_gemms, except on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM=1 in BF16,
+    default off), so each expert pays `kernel_overhead_s`: a fixed cost per local expert, layer and micro-batch."""
     from optlayout.cost.step import gemm_s
 
     if groups <= 0 or m <= 0:
         return 0.0
-    one = gemm_s(m, n, k, flops_per_s * params.grouped_gemm_efficiency_ratio, gpu, params) - params.kernel_overhead_s
-    return groups * one + params.kernel_overhead_s
+    return groups * gemm_s(m, n, k, flops_per_s * params.grouped_gemm_efficiency_ratio, gpu, params)
 
 
 def routed_times(
@@ -137,7 +153,7 @@ def _comm_s(
     h, k = model.hidden, moe.top_k
     eff, a2a_eff = params.collective_efficiency, params.all_to_all_efficiency
     flex = job.moe_dispatcher == "flex"
-    copies = distinct_ranks(moe.experts, layout.ep, k) * layout.etp if flex else k  # flex sends to every ETP rank
+    copies = flex_copies(moe.experts, layout.ep, k, links.ep.domains) * layout.etp if flex else k  # every ETP rank
     dispatch_bytes = 1.0 if flex and job.precision == "fp8" else float(ACT_BYTES)
     moved = t_loc * copies * h * load
 

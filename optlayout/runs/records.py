@@ -90,8 +90,17 @@ FRAMEWORK_ATTENTION: dict[str, tuple[AttentionKernel, str, frozenset[str] | None
 
 
 # The token dispatcher of Megatron-Bridge's MoE performance recipes (perf_recipes/{qwen,gpt_oss}/<system>/ @067f987d):
-# HybridEP through the flex dispatcher on the NVL72 and B300 systems, the all-to-all dispatcher elsewhere.
+# HybridEP through the flex dispatcher on the NVL72 and B300 systems, the all-to-all dispatcher elsewhere, but for the
+# (model, GPU) and releases listed: Qwen3-30B-A3B on H100 with DeepEP in v0.3.0 (NeMo 26.02:
+# scripts/performance/configs/qwen/qwen3_workload_base_configs.py @v0.3.0 lines 421-429, applied by
+# apply_flex_dispatcher_backend) and HybridEP from v0.3.1 on, and on B200 from v0.4.0 (NeMo 26.04) on: the recipe
+# sets moe_token_dispatcher_type = "flex" on every system (qwen3_llm_pretrain.py @v0.3.1 line 315, @v0.4.0, @v0.5.0).
 BRIDGE_FLEX_GPUS = frozenset({"gb200", "gb300", "b300"})
+BRIDGE_FLEX_RELEASES: dict[tuple[str, str], frozenset[str]] = {
+    ("Qwen3-30B-A3B", "h100-sxm"): frozenset({"mb-26.02", "mb-26.02.01", "mb-26.04", "mb-26.04.01", "mb-26.06",
+                                              "mb-26.06.01", "mb-26.08"}),
+    ("Qwen3-30B-A3B", "b200"): frozenset({"mb-26.04", "mb-26.04.01", "mb-26.06", "mb-26.06.01", "mb-26.08"}),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -396,6 +405,9 @@ class RunRecord(BaseModel):
             return self.job.moe_dispatcher or "alltoall", None
         if self.framework == "megatron-bridge" and self.cluster.gpu in BRIDGE_FLEX_GPUS:
             return "flex", "Megatron-Bridge's MoE perf recipes run HybridEP (flex dispatcher) on this system"
+        if self.framework == "megatron-bridge" and self.release() in BRIDGE_FLEX_RELEASES.get(
+                (self.model.name, self.cluster.gpu), frozenset()):  # fmt: skip
+            return "flex", "Megatron-Bridge's perf recipe of this release runs DeepEP/HybridEP (flex dispatcher)"
         return "alltoall", "not stated: Megatron's all-to-all token dispatcher"
 
     def dropout(self) -> tuple[bool, str | None]:
