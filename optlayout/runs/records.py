@@ -27,11 +27,13 @@ from optlayout.specs import (
     ClusterSpec,
     Fp8Recipe,
     JobSpec,
+    MainParamsDtype,
     ModelSpec,
     MoeDispatcher,
     MoeRouting,
     Optimizer,
     Precision,
+    StateDtype,
     fp8_pricing_note,
     recipe_needs_fp8,
 )
@@ -66,8 +68,21 @@ class RunJob(BaseModel):
     moe_dispatcher: MoeDispatcher | None = Field(None, description="alltoall | flex; null = not stated")
     optimizer: Optimizer = "adam"
     dropout: bool | None = Field(None, description="dropout layers active; null = not stated (assumed off)")
+    fp8_param_gather: bool | None = Field(None, description="FP8 primary weights; null = not stated (the recipe's)")
+    main_params_dtype: MainParamsDtype | None = Field(None, description="optimizer master weights; null = recipe/fp32")
+    exp_avg_dtype: StateDtype | None = Field(None, description="Adam's first moment; null = the recipe's or fp32")
+    exp_avg_sq_dtype: StateDtype | None = Field(None, description="Adam's second moment; null = the recipe's or fp32")
 
     _recipe_needs_fp8 = pydantic.field_validator("fp8_recipe")(recipe_needs_fp8)
+
+    @model_validator(mode="after")
+    def _gather_needs_fp8(self) -> RunJob:
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ValueError(f"fp8_param_gather needs precision fp8 (precision is {self.precision})")
+        return self
+
+
+STATE_DTYPE_FIELDS = ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
 
 # Frameworks that run an Ampere-era attention kernel (FlashAttention-2) on the GPUs listed (None: every GPU),
@@ -124,11 +139,26 @@ class RecipeSharding:
 
 
 @dataclass(frozen=True)
+class RecipeState:
+    """The optimizer-state dtypes a published recipe sets (master weights, Adam's moments); `source` as above."""
+
+    main_params_dtype: MainParamsDtype
+    exp_avg_dtype: StateDtype
+    exp_avg_sq_dtype: StateDtype
+    source: str
+
+    def dtypes(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in STATE_DTYPE_FIELDS}
+
+
+@dataclass(frozen=True)
 class RecipeFill:
-    """What a published recipe sets of the layout fields its runs' records may leave unpublished."""
+    """What a published recipe sets of the layout fields its runs' records may leave unpublished (and of the
+    optimizer state, where it is not fp32)."""
 
     recompute: RecipeRecompute
     sharding: RecipeSharding
+    state: RecipeState | None = None
 
 
 # A record's release, named by its id: `mb-<NeMo container>-...` (Megatron-Bridge performance summary),
@@ -211,6 +241,14 @@ _BRIDGE_ZERO1_26 = RecipeSharding(
     "(llama3_70b_pretrain_config), recipes/gpt_oss/gpt_oss.py @v0.3.1 lines 241-242, @v0.4.0 and v0.4.2 253-254: "
     "ddp.use_distributed_optimizer = True, ddp.use_megatron_fsdp = False",
 )
+# Apex's DistributedFusedAdam (NeMo's distributed_fused_adam) keeps its parameter shard and both moments in `dtype`
+# (store_params defaults true; apex/contrib/optimizers/distributed_fused_adam.py @6424da3b lines 308-309, 452-482,
+# 564) and reduces gradients in grad_sync_dtype, bf16 here: the 2-byte gradients the memory model keeps.
+_DGXC_340B_BF16_STATE = RecipeState(
+    "bf16", "bf16", "bf16",
+    "dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml @v24.11.1 and @v25.02 lines 183-186: optim "
+    "distributed_fused_adam, grad_sync_dtype bf16, dtype bf16 (master weights and both moments in bf16)",
+)  # fmt: skip
 _FP8_CS: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"),)
 _FP8_CS_MX: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"), ("fp8", "mxfp8"))
 _BOTH: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("bf16", None), ("fp8", None))
@@ -260,8 +298,8 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_DGXC_NONE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"),
                ("Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "GPT-3 175B (NeMo Megatron)", "Nemotron-4 15B"),
                ("h100-sxm",), _BOTH),
-    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"), ("Nemotron-4 340B",),
-               ("h100-sxm",), _BOTH),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE), ("dgxc-v24.11.1", "dgxc-v25.02"),
+               ("Nemotron-4 340B",), ("h100-sxm",), _BOTH),
     # GPT-OSS 120B BF16: none on GB300; the FP8-MX recipes are left to the solver: on GB200 they end with no module
     # (perf_recipes/gpt_oss/gb200/gpt_oss.py @067f987d lines 240-241, @v0.5.0 line 220), on GB300 none is set
     **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("GPT-OSS 120B",),
@@ -271,6 +309,15 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_26), _BRIDGE_26, ("GPT-OSS 120B",),
                ("gb200", "b200", "h100-sxm"), (("bf16", None),)),
 }  # fmt: skip
+
+# Frameworks whose FP8 runs of a release keep FP8 primary weights: (release prefix, framework, why).
+FP8_PARAM_GATHER_RECIPES: tuple[tuple[str, str, str], ...] = (
+    ("mb-", "megatron-bridge", "every FP8 precision config of Megatron-Bridge sets fp8_param_gather "
+     "(src/megatron/bridge/training/mixed_precision.py @v0.1.0rc3 lines 183-334, @v0.2.0 to @v0.3.0 204-355; "
+     "MXFP8 also reuse_grad_buf_for_mxfp8_param_ag), which the perf scripts keep"),
+    ("dgxc-", "nemo", "dgxc-benchmarking's NeMo FP8 runs set model.fp8_params (llama3.1/configure.sh @v24.11.1 "
+     "line 116, @v25.02 124; nemotron/configure.sh 104, 115; nemo_megatron/gpt3_175b_hydra.yaml line 221)"),
+)  # fmt: skip
 
 _OFFLOADS = (
     "its recipe offloads {n} layers' activations to the CPU (cpu_offloading_num_layers, Megatron-Bridge {where}), "
@@ -406,13 +453,36 @@ class RunRecord(BaseModel):
         found = _RELEASE_ID.match(self.id)
         return found.group(1) if found else None
 
+    def recipe(self) -> RecipeFill | None:
+        """The published recipe of the run's release and setup (`RECIPE_FILL`), where one is filled from."""
+        release = self.release()
+        if release is None:
+            return None
+        return RECIPE_FILL.get((release, self.model.name, self.cluster.gpu, self.job.precision, self.job.fp8_recipe))
+
+    def fp8_param_gather(self) -> tuple[bool, str | None]:
+        """Whether the run kept FP8 primary weights, and why that was assumed (None when stated or not FP8)."""
+        if self.job.fp8_param_gather is not None or self.job.precision != "fp8":
+            return bool(self.job.fp8_param_gather), None
+        release = self.release() or ""
+        for prefix, framework, why in FP8_PARAM_GATHER_RECIPES:
+            if release.startswith(prefix) and self.framework == framework:
+                return True, f"not stated: {why}"
+        return False, "not stated: Megatron-LM's default (no --fp8-param-gather)"
+
+    def optimizer_state(self) -> tuple[dict[str, str], str | None]:
+        """The optimizer-state dtypes the run kept where not fp32 (`JobSpec.main_params_dtype`, ...), and why they
+        were assumed (None when the record states them or none is filled)."""
+        stated = {name: getattr(self.job, name) for name in STATE_DTYPE_FIELDS if getattr(self.job, name) is not None}
+        fill = self.recipe()
+        if stated or fill is None or fill.state is None:
+            return stated, None
+        return fill.state.dtypes(), f"not stated: the published recipe of this release sets it ({fill.state.source})"
+
     def recipe_fills(self) -> dict[str, RecipeRecompute | RecipeSharding]:
         """The layout fields (`recompute`, `sharding`) the run's published recipe sets where the record leaves them
         unpublished (`RECIPE_FILL`); empty where the record states them or no recipe says."""
-        release = self.release()
-        if release is None:
-            return {}
-        fill = RECIPE_FILL.get((release, self.model.name, self.cluster.gpu, self.job.precision, self.job.fp8_recipe))
+        fill = self.recipe()
         if fill is None:
             return {}
         lay = self.layout
@@ -433,10 +503,12 @@ class RunRecord(BaseModel):
     def job_spec(self) -> JobSpec:
         """The record's job as a JobSpec (the attention kernel as `attention_kernel()` decides)."""
         job = self.job
-        return JobSpec(seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision,
-                       fp8_recipe=job.fp8_recipe, attention_kernel=self.attention_kernel()[0],
-                       moe_routing=job.moe_routing, moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer,
-                       dropout=self.dropout()[0])  # fmt: skip
+        fields: dict[str, Any] = dict(
+            seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision, fp8_recipe=job.fp8_recipe,
+            attention_kernel=self.attention_kernel()[0], moe_routing=job.moe_routing,
+            moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer, dropout=self.dropout()[0],
+            fp8_param_gather=self.fp8_param_gather()[0])  # fmt: skip
+        return JobSpec(**(fields | self.optimizer_state()[0]))
 
     @property
     def group_key(self) -> tuple[object, ...]:
