@@ -438,6 +438,12 @@ class ClusterSpec(_Spec):
         return min(self.nvlink_domain or self.gpus_per_node, self.gpus)
 
 
+def _state_dtype_fields(muon: bool) -> tuple[str, ...]:
+    """The JobSpec fields naming the optimizer's per-parameter states: master weights and Adam's two moments, or
+    muon's one momentum buffer."""
+    return ("main_params_dtype", "exp_avg_dtype") + (() if muon else ("exp_avg_sq_dtype",))
+
+
 class JobSpec(_Spec):
     """What is trained: sequence length, batch and numerics."""
 
@@ -506,7 +512,7 @@ class JobSpec(_Spec):
         muon = data.get("optimizer") == "muon"
         if muon and data.get("exp_avg_sq_dtype", "fp32") != "fp32":
             raise ValueError("exp_avg_sq_dtype: muon keeps no second moment")
-        names = ("main_params_dtype", "exp_avg_dtype") + (() if muon else ("exp_avg_sq_dtype",))
+        names = _state_dtype_fields(muon)
         dtypes = [data.get(name, "fp32") for name in names]
         if not all(isinstance(d, str) and d in STATE_DTYPE_BYTES for d in dtypes):
             return data  # the field validators name the bad dtype
@@ -540,6 +546,18 @@ class JobSpec(_Spec):
     def numerics(self) -> str:
         """The precision as shown: `bf16`, or `fp8 (mxfp8)` with a stated FP8 recipe."""
         return f"{self.precision} ({self.fp8_recipe})" if self.fp8_recipe else self.precision
+
+    @property
+    def reduced_optimizer_state(self) -> dict[str, str]:
+        """The optimizer-state dtypes that are not fp32, by field name (empty: fp32 master weights and moments)."""
+        names = _state_dtype_fields(self.optimizer == "muon")
+        return {name: getattr(self, name) for name in names if getattr(self, name) != "fp32"}
+
+    @property
+    def optimizer_bytes_match_dtypes(self) -> bool:
+        """Whether `optimizer_bytes_per_param` is what the state dtypes hold (False: bytes given by hand)."""
+        names = _state_dtype_fields(self.optimizer == "muon")
+        return self.optimizer_bytes_per_param == sum(STATE_DTYPE_BYTES[getattr(self, name)] for name in names)
 
     @property
     def param_gather_bytes_per_param(self) -> float:
