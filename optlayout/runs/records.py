@@ -152,13 +152,38 @@ class RecipeState:
 
 
 @dataclass(frozen=True)
+class RecipeDegrees:
+    """The per-GPU degrees a published recipe runs (vp None: no virtual pipeline); `source` as above. A record
+    publishing another value of one of them ran another layout: nothing is filled from the recipe."""
+
+    tp: int
+    pp: int
+    cp: int
+    vp: int | None
+    micro_batch: int
+    source: str
+
+    def mismatch(self, layout: RunLayout) -> str | None:
+        """The first published degree that is not the recipe's, as a reason; None when all published agree."""
+        for name in ("tp", "pp", "cp", "vp", "micro_batch"):
+            published, recipe = getattr(layout, name), getattr(self, name)
+            if published is None:
+                continue
+            ran = None if name == "vp" and published == 1 else published  # one chunk per rank: no virtual pipeline
+            if ran != recipe:
+                return f"the record's {name} {published} is not the recipe's {recipe if recipe is not None else 'none'}"
+        return None
+
+
+@dataclass(frozen=True)
 class RecipeFill:
     """What a published recipe sets of the layout fields its runs' records may leave unpublished (and of the
-    optimizer state, where it is not fp32)."""
+    optimizer state, where it is not fp32); `degrees`, where stated, what the fill is checked against."""
 
     recompute: RecipeRecompute
     sharding: RecipeSharding
     state: RecipeState | None = None
+    degrees: RecipeDegrees | None = None
 
 
 # A record's release, named by its id: `mb-<NeMo container>-...` (Megatron-Bridge performance summary),
@@ -249,12 +274,21 @@ _DGXC_340B_BF16_STATE = RecipeState(
     "dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml @v24.11.1 and @v25.02 lines 183-186: optim "
     "distributed_fused_adam, grad_sync_dtype bf16, dtype bf16 (master weights and both moments in bf16)",
 )  # fmt: skip
+_BRIDGE_70B_26 = "Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py @v0.3.0 to v0.4.2"
+_BRIDGE_70B_DEGREES_26 = {  # the V2 presets on the WorkloadBaseConfig defaults (TP, PP 1, CP 1, no VP, MBS 1)
+    "h100-sxm": RecipeDegrees(4, 8, 1, 5, 1, f"{_BRIDGE_70B_26} lines 339-344 (H100_FP8_CS_V2)"),
+    "gb200": RecipeDegrees(2, 4, 1, 5, 1, f"{_BRIDGE_70B_26} lines 249-254 (GB200_FP8_MX_V2)"),
+    "gb300": RecipeDegrees(1, 4, 1, 5, 1, f"{_BRIDGE_70B_26} lines 219-223 (GB300_FP8_MX_V2)"),
+}
+_DGXC_NEMOTRON = "dgxc-benchmarking nemotron/configure.sh @v24.11.1 lines {a} (@v25.02 {b}, CP 1 but for 340B BF16)"
+_DGXC_15B_DEGREES = RecipeDegrees(4, 1, 1, None, 4, _DGXC_NEMOTRON.format(a="53-60", b="58-66") + ": 15B")
+_DGXC_340B_DEGREES = RecipeDegrees(8, 8, 1, 12, 1, _DGXC_NEMOTRON.format(a="63-70", b="68-80") + ": 340B")
 _FP8_CS: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"),)
 _FP8_CS_MX: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"), ("fp8", "mxfp8"))
 _BOTH: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("bf16", None), ("fp8", None))
 _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 
-# The recomputation and sharding of NVIDIA's published recipes, for the records that leave them unpublished: filled
+# The recomputation and sharding (and a reduced optimizer state) of NVIDIA's published recipes, for the records that leave them unpublished: filled
 # only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of that release (the global
 # batch may differ: it changes the accumulation only) and the recipe uses nothing else the layout cannot express that
 # changes memory or time (`RECIPE_LEFT_ALONE`). Megatron-Bridge containers ship: 25.09 v0.1.0rc3, 25.11 v0.2.0,
@@ -269,14 +303,11 @@ _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 # NeMo 24.07 and 24.03 performance tables (they name the container only, and NeMo-Framework-Launcher's 24.07
 # training configs differ from their layouts) are left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line
 # 57 says VP 6 where its README_175b.md (lines 54, 61, 155) and the published table say VP 12; its recomputation and
-# optimizer lines are those of @v24.11.1, so the fill stands. Not modelled, and not a reason to leave a setup alone
-# since every FP8 run of these sources has it, filled here or by the solver: FP8 primary weights (Megatron-Bridge's
-# FP8-CS and MXFP8 precision configs set fp8_param_gather, MXFP8 also reuse_grad_buf_for_mxfp8_param_ag:
-# src/megatron/bridge/training/mixed_precision.py @v0.2.0 lines 242-252 and 272-289; dgxc's FP8 runs set
-# model.fp8_params: llama3.1/configure.sh @v24.11.1 line 116, nemotron/configure.sh line 104,
-# gpt3_175b_hydra.yaml line 221); the memory model keeps 2-byte weights. Nor is Nemotron-4 340B's optimizer state in
-# bf16 (nemotron4-340b-synth.yaml lines 185-186, grad_sync_dtype and dtype bf16; the memory model keeps 12 bytes per
-# parameter): its 128-GPU runs (DP 2) are memory-model misses with the recipe's layout.
+# optimizer lines are those of @v24.11.1, so the fill stands. Where an entry states the recipe's degrees
+# (`RecipeDegrees`: the Bridge 26.x Llama 3 70B presets, dgxc's Nemotron-4), a record publishing others is not filled
+# and says why (`RunRecord.recipe_mismatch`); the other entries' degrees were checked by hand against their records.
+# FP8 primary weights are not a recipe fill: every FP8 run of these sources keeps them (`FP8_PARAM_GATHER_RECIPES`).
+# Nemotron-4 340B keeps its optimizer state in bf16 (`_DGXC_340B_BF16_STATE`).
 RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_BRIDGE_NONE_25_09, _BRIDGE_ZERO1_25_09), ("mb-25.09",), ("Llama 3 8B",), ("gb200", "b200"),
                (("fp8", None), ("fp8", "blockwise"))),
@@ -286,20 +317,26 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
                _FP8_CS_MX),
     **_recipes(RecipeFill(_BRIDGE_NONE_25_11, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("Llama 3 70B",), ("h100-sxm",),
                _FP8_CS),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26_02), ("mb-26.02",), ("Llama 3 70B",), ("h100-sxm",),
-               _FP8_CS),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26_02), ("mb-26.02",), ("Llama 3 70B",), ("gb200", "gb300"),
-               (("fp8", "mxfp8"),)),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), _BRIDGE_26, ("Llama 3 70B",), ("h100-sxm",), _FP8_CS),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), _BRIDGE_26, ("Llama 3 70B",), ("gb200",),
-               (("fp8", "mxfp8"),)),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), ("mb-26.04", "mb-26.04.01"), ("Llama 3 70B",),
-               ("gb300",), (("fp8", "mxfp8"),)),
+    **{key: fill for gpu, releases, sharding, precisions in (
+        ("h100-sxm", ("mb-26.02",), _BRIDGE_ZERO1_26_02, _FP8_CS),
+        ("gb200", ("mb-26.02",), _BRIDGE_ZERO1_26_02, (("fp8", "mxfp8"),)),
+        ("gb300", ("mb-26.02",), _BRIDGE_ZERO1_26_02, (("fp8", "mxfp8"),)),
+        ("h100-sxm", _BRIDGE_26, _BRIDGE_ZERO1_26, _FP8_CS),
+        ("gb200", _BRIDGE_26, _BRIDGE_ZERO1_26, (("fp8", "mxfp8"),)),
+        ("gb300", ("mb-26.04", "mb-26.04.01"), _BRIDGE_ZERO1_26, (("fp8", "mxfp8"),)))
+       for key, fill in _recipes(RecipeFill(_BRIDGE_NONE_26, sharding, degrees=_BRIDGE_70B_DEGREES_26[gpu]), releases,
+                                 ("Llama 3 70B",), (gpu,), precisions).items()},
     **_recipes(RecipeFill(_DGXC_NONE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"),
-               ("Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "GPT-3 175B (NeMo Megatron)", "Nemotron-4 15B"),
-               ("h100-sxm",), _BOTH),
-    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE), ("dgxc-v24.11.1", "dgxc-v25.02"),
-               ("Nemotron-4 340B",), ("h100-sxm",), _BOTH),
+               ("Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "GPT-3 175B (NeMo Megatron)"), ("h100-sxm",), _BOTH),
+    **_recipes(RecipeFill(_DGXC_NONE, _DGXC_ZERO1, degrees=_DGXC_15B_DEGREES), ("dgxc-v24.11.1", "dgxc-v25.02"),
+               ("Nemotron-4 15B",), ("h100-sxm",), _BOTH),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, _DGXC_340B_DEGREES),
+               ("dgxc-v24.11.1", "dgxc-v25.02"), ("Nemotron-4 340B",), ("h100-sxm",), (("fp8", None),)),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, _DGXC_340B_DEGREES),
+               ("dgxc-v24.11.1",), ("Nemotron-4 340B",), ("h100-sxm",), (("bf16", None),)),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, RecipeDegrees(
+        8, 8, 2, 12, 1, _DGXC_NEMOTRON.format(a="63-70", b="68-80") + ": 340B BF16, CP 2")), ("dgxc-v25.02",),
+        ("Nemotron-4 340B",), ("h100-sxm",), (("bf16", None),)),
     # GPT-OSS 120B BF16: none on GB300; the FP8-MX recipes are left to the solver: on GB200 they end with no module
     # (perf_recipes/gpt_oss/gb200/gpt_oss.py @067f987d lines 240-241, @v0.5.0 line 220), on GB300 none is set
     **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("GPT-OSS 120B",),
@@ -445,8 +482,7 @@ class RunRecord(BaseModel):
 
     def notes(self) -> list[str]:
         """What a prediction of this run does not model of what the record states, one line each."""
-        fp8 = fp8_pricing_note(self.job.fp8_recipe)
-        return [fp8] if fp8 else []
+        return [note for note in (fp8_pricing_note(self.job.fp8_recipe), self.recipe_mismatch()) if note]
 
     def release(self) -> str | None:
         """The release the record's id names (`mb-25.09`, `dgxc-v24.11.1`); None where it names none."""
@@ -454,7 +490,21 @@ class RunRecord(BaseModel):
         return found.group(1) if found else None
 
     def recipe(self) -> RecipeFill | None:
-        """The published recipe of the run's release and setup (`RECIPE_FILL`), where one is filled from."""
+        """The published recipe of the run's release and setup (`RECIPE_FILL`), where one is filled from: none
+        where the record's published degrees are not the recipe's (`recipe_mismatch`)."""
+        fill = self._recipe_entry()
+        return None if fill is None or self.recipe_mismatch() else fill
+
+    def recipe_mismatch(self) -> str | None:
+        """Why the recipe of the run's setup is not filled from although `RECIPE_FILL` names it: a published degree
+        that is not the recipe's; None where it is filled or none is named."""
+        fill = self._recipe_entry()
+        if fill is None or fill.degrees is None:
+            return None
+        why = fill.degrees.mismatch(self.layout)
+        return f"{why} ({fill.degrees.source}): nothing filled from the recipe" if why else None
+
+    def _recipe_entry(self) -> RecipeFill | None:
         release = self.release()
         if release is None:
             return None
