@@ -284,12 +284,13 @@ _DGXC_NEMOTRON = "dgxc-benchmarking nemotron/configure.sh @v24.11.1 lines {a} (@
 _DGXC_15B_DEGREES = RecipeDegrees(4, 1, 1, None, 4, _DGXC_NEMOTRON.format(a="53-60", b="58-66") + ": 15B")
 _DGXC_340B_DEGREES = RecipeDegrees(8, 8, 1, 12, 1, _DGXC_NEMOTRON.format(a="63-70", b="68-80") + ": 340B")
 _FP8_CS: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"),)
+_FP8_MX: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "mxfp8"),)
 _FP8_CS_MX: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"), ("fp8", "mxfp8"))
 _BOTH: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("bf16", None), ("fp8", None))
 _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 
-# The recomputation and sharding (and a reduced optimizer state) of NVIDIA's published recipes, for the records that leave them unpublished: filled
-# only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of that release (the global
+# The recomputation and sharding (and a reduced optimizer state) of NVIDIA's published recipes, for the records that
+# leave them unpublished: filled only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of that release (the global
 # batch may differ: it changes the accumulation only) and the recipe uses nothing else the layout cannot express that
 # changes memory or time (`RECIPE_LEFT_ALONE`). Megatron-Bridge containers ship: 25.09 v0.1.0rc3, 25.11 v0.2.0,
 # 26.02 v0.3.0, 26.04 v0.4.0 (docs/releases/software-versions.md @v0.6.0), 26.02.01 v0.3.1
@@ -305,7 +306,7 @@ _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 # 57 says VP 6 where its README_175b.md (lines 54, 61, 155) and the published table say VP 12; its recomputation and
 # optimizer lines are those of @v24.11.1, so the fill stands. Where an entry states the recipe's degrees
 # (`RecipeDegrees`: the Bridge 26.x Llama 3 70B presets, dgxc's Nemotron-4), a record publishing others is not filled
-# and says why (`RunRecord.recipe_mismatch`); the other entries' degrees were checked by hand against their records.
+# and says why (`RunRecord.recipe_mismatch`); the other entries state none yet and are not checked.
 # FP8 primary weights are not a recipe fill: every FP8 run of these sources keeps them (`FP8_PARAM_GATHER_RECIPES`).
 # Nemotron-4 340B keeps its optimizer state in bf16 (`_DGXC_340B_BF16_STATE`).
 RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
@@ -319,11 +320,11 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
                _FP8_CS),
     **{key: fill for gpu, releases, sharding, precisions in (
         ("h100-sxm", ("mb-26.02",), _BRIDGE_ZERO1_26_02, _FP8_CS),
-        ("gb200", ("mb-26.02",), _BRIDGE_ZERO1_26_02, (("fp8", "mxfp8"),)),
-        ("gb300", ("mb-26.02",), _BRIDGE_ZERO1_26_02, (("fp8", "mxfp8"),)),
+        ("gb200", ("mb-26.02",), _BRIDGE_ZERO1_26_02, _FP8_MX),
+        ("gb300", ("mb-26.02",), _BRIDGE_ZERO1_26_02, _FP8_MX),
         ("h100-sxm", _BRIDGE_26, _BRIDGE_ZERO1_26, _FP8_CS),
-        ("gb200", _BRIDGE_26, _BRIDGE_ZERO1_26, (("fp8", "mxfp8"),)),
-        ("gb300", ("mb-26.04", "mb-26.04.01"), _BRIDGE_ZERO1_26, (("fp8", "mxfp8"),)))
+        ("gb200", _BRIDGE_26, _BRIDGE_ZERO1_26, _FP8_MX),
+        ("gb300", ("mb-26.04", "mb-26.04.01"), _BRIDGE_ZERO1_26, _FP8_MX))
        for key, fill in _recipes(RecipeFill(_BRIDGE_NONE_26, sharding, degrees=_BRIDGE_70B_DEGREES_26[gpu]), releases,
                                  ("Llama 3 70B",), (gpu,), precisions).items()},
     **_recipes(RecipeFill(_DGXC_NONE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"),
