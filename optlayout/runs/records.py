@@ -290,25 +290,24 @@ _BOTH: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("bf16", None), ("fp8",
 _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 
 # The recomputation and sharding (and a reduced optimizer state) of NVIDIA's published recipes, for the records that
-# leave them unpublished: filled only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of that release (the global
-# batch may differ: it changes the accumulation only) and the recipe uses nothing else the layout cannot express that
-# changes memory or time (`RECIPE_LEFT_ALONE`). Megatron-Bridge containers ship: 25.09 v0.1.0rc3, 25.11 v0.2.0,
-# 26.02 v0.3.0, 26.04 v0.4.0 (docs/releases/software-versions.md @v0.6.0), 26.02.01 v0.3.1
+# leave them unpublished: filled only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of
+# that release (the global batch may differ: it changes the accumulation only) and the recipe uses nothing else the
+# layout cannot express that changes memory or time (`RECIPE_LEFT_ALONE`). Megatron-Bridge containers ship: 25.09
+# v0.1.0rc3, 25.11 v0.2.0, 26.02 v0.3.0, 26.04 v0.4.0 (docs/releases/software-versions.md @v0.6.0), 26.02.01 v0.3.1
 # (docs/releases/known-issues.md), 26.04.01 v0.4.2 (the first performance summary listing it); their perf scripts set
-# full block recomputation only from `recompute_num_layers` (utils/helpers.py @v0.2.0 lines 166-179;
-# utils/overrides.py @v0.4.2 lines 136-150) and the base Llama 3 recipe sets none (recipes/llama/llama3.py @v0.4.2
-# lines 99-101); no preset of a filled setup sets `cpu_offloading_num_layers` (the perf scripts' only activation
-# offload, utils/helpers.py @v0.2.0 lines 170-173, utils/overrides.py @v0.4.2 lines 140-143) and the GPT-OSS
-# presets set none. dgxc's MaxText and Paxml (JAX rematerialisation policies, save_dot_except_mlp / save_qkv_proj /
-# SAVE_DOT_ONLY, name the matmul outputs kept, not recomputed modules: no Megatron module set says the same) and the
-# NeMo 24.07 and 24.03 performance tables (they name the container only, and NeMo-Framework-Launcher's 24.07
-# training configs differ from their layouts) are left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line
-# 57 says VP 6 where its README_175b.md (lines 54, 61, 155) and the published table say VP 12; its recomputation and
-# optimizer lines are those of @v24.11.1, so the fill stands. Where an entry states the recipe's degrees
-# (`RecipeDegrees`: the Bridge 26.x Llama 3 70B presets, dgxc's Nemotron-4), a record publishing others is not filled
-# and says why (`RunRecord.recipe_mismatch`); the other entries state none yet and are not checked.
-# FP8 primary weights are not a recipe fill: every FP8 run of these sources keeps them (`FP8_PARAM_GATHER_RECIPES`).
-# Nemotron-4 340B keeps its optimizer state in bf16 (`_DGXC_340B_BF16_STATE`).
+# full block recomputation only from `recompute_num_layers` (utils/helpers.py @v0.2.0 lines 166-179; utils/overrides.py
+# @v0.4.2 lines 136-150) and the base Llama 3 recipe sets none (recipes/llama/llama3.py @v0.4.2 lines 99-101); no preset
+# of a filled setup sets `cpu_offloading_num_layers` (the perf scripts' only activation offload, utils/helpers.py
+# @v0.2.0 lines 170-173, utils/overrides.py @v0.4.2 lines 140-143) and the GPT-OSS presets set none. dgxc's MaxText and
+# Paxml (JAX rematerialisation policies, save_dot_except_mlp / save_qkv_proj / SAVE_DOT_ONLY, name the matmul outputs
+# kept, not recomputed modules: no Megatron module set says the same) and the NeMo 24.07 and 24.03 performance tables
+# (they name the container only, and NeMo-Framework-Launcher's 24.07 training configs differ from their layouts) are
+# left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line 57 says VP 6 where its README_175b.md (lines 54, 61,
+# 155) and the published table say VP 12; its recomputation and optimizer lines are those of @v24.11.1, so the fill
+# stands. Where an entry states the recipe's degrees (`RecipeDegrees`: the Bridge 26.x Llama 3 70B presets, dgxc's
+# Nemotron-4), a record publishing others is not filled and says why (`RunRecord.recipe_mismatch`); the other entries
+# state none yet and are not checked. FP8 primary weights are not a recipe fill: every FP8 run of these sources keeps
+# them (`FP8_PARAM_GATHER_RECIPES`). Nemotron-4 340B keeps its optimizer state in bf16 (`_DGXC_340B_BF16_STATE`).
 RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_BRIDGE_NONE_25_09, _BRIDGE_ZERO1_25_09), ("mb-25.09",), ("Llama 3 8B",), ("gb200", "b200"),
                (("fp8", None), ("fp8", "blockwise"))),
