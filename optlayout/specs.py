@@ -568,8 +568,8 @@ class JobSpec(_Spec):
         @v2.0.0 lines 238, 295, 386), except MXFP8's: Megatron gathers those in bf16 through the gradient buffer and
         quantizes after (reuse_grad_buf_for_mxfp8_param_ag, which MXFP8 param gather requires:
         core/optimizer/optimizer_config.py lines 384-388, distributed/param_and_grad_buffer.py lines 975-993 and
-        469-491 at d7288711). The embedding, output layer
-        and norms stay 16-bit (3% of Llama 3 70B's parameters): counted at 1 byte too.
+        469-491 at d7288711). The embedding, output layer and norms stay 16-bit (3% of Llama 3 70B's parameters):
+        counted at 1 byte too.
 
         The memory model keeps 2-byte weights with FP8 primary weights: Transformer Engine stores an FP8 weight
         row- and column-wise for training (quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled()),

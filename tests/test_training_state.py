@@ -92,6 +92,8 @@ def test_fp8_primary_weights_come_from_the_framework_and_release(records) -> Non
     for rid in ("mb-26.04-pretrain-gb300-llama370b-mxfp8-64g-main", "mb-25.09-pretrain-h100-llama38b-fp8-8g-main"):
         on, why = records[rid].fp8_param_gather()
         assert on and why is not None and "mixed_precision.py" in why
+    on, why = records["mb-25.09-pretrain-gb200-llama370b-fp8blockwisemx-64g-alt"].fp8_param_gather()
+    assert not on and why is not None and "default" in why  # Bridge's subchannel (blockwise) configs do not set it
     on, why = records["dgxc-v25.02-llama3170b-fp8-64g-8f5cbb3"].fp8_param_gather()
     assert on and why is not None and "fp8_params" in why
     on, why = records["nemo2407-llama370b-64g"].fp8_param_gather()  # a NeMo table naming no release: not assumed

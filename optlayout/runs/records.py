@@ -347,13 +347,15 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
                ("gb200", "b200", "h100-sxm"), (("bf16", None),)),
 }  # fmt: skip
 
-# Frameworks whose FP8 runs of a release keep FP8 primary weights: (release prefix, framework, why).
-FP8_PARAM_GATHER_RECIPES: tuple[tuple[str, str, str], ...] = (
-    ("mb-", "megatron-bridge", "every FP8 precision config of Megatron-Bridge sets fp8_param_gather "
-     "(src/megatron/bridge/training/mixed_precision.py @v0.1.0rc3 lines 183-334, @v0.2.0 to @v0.3.0 204-355; "
-     "MXFP8 also reuse_grad_buf_for_mxfp8_param_ag), which the perf scripts keep"),
-    ("dgxc-", "nemo", "dgxc-benchmarking's NeMo FP8 runs set model.fp8_params (llama3.1/configure.sh @v24.11.1 "
-     "line 116, @v25.02 124; nemotron/configure.sh 104, 115; nemo_megatron/gpt3_175b_hydra.yaml line 221)"),
+# Frameworks whose FP8 runs of a release keep FP8 primary weights: (release prefix, framework, FP8 recipes, why).
+FP8_PARAM_GATHER_RECIPES: tuple[tuple[str, str, tuple[Fp8Recipe | None, ...], str], ...] = (
+    ("mb-", "megatron-bridge", (None, "tensorwise", "mxfp8"),
+     "Megatron-Bridge's delayed, current-scaling and MXFP8 precision configs set fp8_param_gather (MXFP8 also "
+     "reuse_grad_buf_for_mxfp8_param_ag; src/megatron/bridge/training/mixed_precision.py @v0.1.0rc3 lines 183-334, "
+     "@v0.4.2 223-374; its subchannel, blockwise, configs do not), which the perf scripts keep"),
+    ("dgxc-", "nemo", (None,),
+     "dgxc-benchmarking's NeMo FP8 runs set model.fp8_params (llama3.1/configure.sh @v24.11.1 line 116, @v25.02 124; "
+     "nemotron/configure.sh 104, 115; nemo_megatron/gpt3_175b_hydra.yaml line 221)"),
 )  # fmt: skip
 
 _OFFLOADS = (
@@ -515,8 +517,8 @@ class RunRecord(BaseModel):
         if self.job.fp8_param_gather is not None or self.job.precision != "fp8":
             return bool(self.job.fp8_param_gather), None
         release = self.release() or ""
-        for prefix, framework, why in FP8_PARAM_GATHER_RECIPES:
-            if release.startswith(prefix) and self.framework == framework:
+        for prefix, framework, recipes, why in FP8_PARAM_GATHER_RECIPES:
+            if release.startswith(prefix) and self.framework == framework and self.job.fp8_recipe in recipes:
                 return True, f"not stated: {why}"
         return False, "not stated: Megatron-LM's default (no --fp8-param-gather)"
 
