@@ -36,6 +36,10 @@ AttentionKernel = Literal["flash", "flash2", "triton", "naive"]
 Optimizer = Literal["adam", "muon"]
 MoeRouting = Literal["balanced"]
 MoeDispatcher = Literal["alltoall", "flex"]
+StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
+"""The dtype an optimizer keeps one of its per-parameter states in (master weights, Adam's moments)."""
+MainParamsDtype = Literal["fp32", "bf16", "fp16"]
+STATE_DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 HOPPER_OR_NEWER: frozenset[str] = frozenset({"hopper", "blackwell"})
 
 
@@ -434,6 +438,12 @@ class ClusterSpec(_Spec):
         return min(self.nvlink_domain or self.gpus_per_node, self.gpus)
 
 
+def _state_dtype_fields(muon: bool) -> tuple[str, ...]:
+    """The JobSpec fields naming the optimizer's per-parameter states: master weights and Adam's two moments, or
+    muon's one momentum buffer."""
+    return ("main_params_dtype", "exp_avg_dtype") + (() if muon else ("exp_avg_sq_dtype",))
+
+
 class JobSpec(_Spec):
     """What is trained: sequence length, batch and numerics."""
 
@@ -448,12 +458,21 @@ class JobSpec(_Spec):
         description="FP8 scaling, precision fp8 only: tensorwise | rowwise | blockwise | mxfp8 (Fp8Recipe); None: "
         "not stated (the launcher's default). Recorded and emitted; the cost model prices every recipe alike",
     )
+    fp8_param_gather: bool = Field(
+        False,
+        description="FP8 primary weights (Megatron --fp8-param-gather, NeMo fp8_params; precision fp8 only): the "
+        "data-parallel weight all-gather moves 1 byte per parameter, MXFP8's 2 (`param_gather_bytes_per_param`)",
+    )
     optimizer: Optimizer = Field("adam", description="adam: two moments; muon: one momentum buffer")
+    main_params_dtype: MainParamsDtype = Field("fp32", description="the optimizer's master copy of the weights")
+    exp_avg_dtype: StateDtype = Field("fp32", description="Adam's first moment (muon: its momentum buffer)")
+    exp_avg_sq_dtype: StateDtype = Field("fp32", description="Adam's second moment (muon keeps none)")
     optimizer_bytes_per_param: Real = Field(
         12.0,
         ge=0,
         le=limits.MAX_BYTES_PER_PARAM,
-        description="fp32 master weights, momentum, variance (mixed-precision Adam); muon's default: 8",
+        description="master weights and moments: by default the sum of the three state dtypes' bytes (Adam 4 + 4 + 4, "
+        "muon 4 + 4)",
     )
     weight_bytes_per_param: Real = Field(2.0, gt=0, le=limits.MAX_BYTES_PER_PARAM, description="bf16 working weights")
     grad_bytes_per_param: Real = Field(2.0, gt=0, le=limits.MAX_BYTES_PER_PARAM, description="bf16 gradients")
@@ -483,17 +502,35 @@ class JobSpec(_Spec):
     @model_validator(mode="before")
     @classmethod
     def _optimizer_state(cls, data: object) -> object:
-        """Muon keeps one momentum buffer to Adam's two (github.com/KellerJordan/Muon; DeepSpeed's Muon post on
-        pytorch.org): fp32 master weights + momentum = 8 bytes/param unless the bytes are given. Muon updates the
-        hidden 2-D weights; the embedding, head and norms keep Adam in practice (not modelled: 8 is a floor)."""
-        if isinstance(data, dict) and data.get("optimizer") == "muon" and "optimizer_bytes_per_param" not in data:
-            return data | {"optimizer_bytes_per_param": 8.0}
+        """The optimizer state's bytes per parameter from its dtypes unless the bytes are given: master weights +
+        Adam's two moments (12 in fp32), or muon's one momentum buffer (github.com/KellerJordan/Muon; DeepSpeed's
+        Muon post on pytorch.org: fp32 master + momentum = 8; muon updates the hidden 2-D weights, the embedding,
+        head and norms keep Adam in practice, not modelled: 8 is a floor). Bytes given beside a 16- or 8-bit state
+        dtype must be those the dtypes hold."""
+        if not isinstance(data, dict):
+            return data
+        muon = data.get("optimizer") == "muon"
+        if muon and data.get("exp_avg_sq_dtype", "fp32") != "fp32":
+            raise ValueError("exp_avg_sq_dtype: muon keeps no second moment")
+        names = _state_dtype_fields(muon)
+        dtypes = [data.get(name, "fp32") for name in names]
+        if not all(isinstance(d, str) and d in STATE_DTYPE_BYTES for d in dtypes):
+            return data  # the field validators name the bad dtype
+        derived = sum(STATE_DTYPE_BYTES[d] for d in dtypes)
+        given = data.get("optimizer_bytes_per_param")
+        if given is None:
+            return data | {"optimizer_bytes_per_param": derived}
+        reduced = any(data.get(name, "fp32") != "fp32" for name in names)
+        if reduced and given != derived:
+            raise ValueError(f"optimizer_bytes_per_param ({given}) contradicts the state dtypes ({derived:g} bytes)")
         return data
 
     _recipe_needs_fp8 = field_validator("fp8_recipe")(recipe_needs_fp8)
 
     @model_validator(mode="after")
     def _check_batch(self) -> JobSpec:
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ValueError(f"fp8_param_gather needs precision fp8 (precision is {self.precision})")
         if self.global_batch is not None and self.global_batch_tokens is not None:
             raise ValueError("give global_batch or global_batch_tokens, not both")
         if self.global_batch_tokens is not None and self.global_batch_tokens % self.seq_len:
@@ -509,6 +546,39 @@ class JobSpec(_Spec):
     def numerics(self) -> str:
         """The precision as shown: `bf16`, or `fp8 (mxfp8)` with a stated FP8 recipe."""
         return f"{self.precision} ({self.fp8_recipe})" if self.fp8_recipe else self.precision
+
+    @property
+    def reduced_optimizer_state(self) -> dict[str, str]:
+        """The optimizer-state dtypes that are not fp32, by field name (empty: fp32 master weights and moments)."""
+        names = _state_dtype_fields(self.optimizer == "muon")
+        return {name: getattr(self, name) for name in names if getattr(self, name) != "fp32"}
+
+    @property
+    def optimizer_bytes_match_dtypes(self) -> bool:
+        """Whether `optimizer_bytes_per_param` is what the state dtypes hold (False: bytes given by hand)."""
+        names = _state_dtype_fields(self.optimizer == "muon")
+        return self.optimizer_bytes_per_param == sum(STATE_DTYPE_BYTES[getattr(self, name)] for name in names)
+
+    @property
+    def param_gather_bytes_per_param(self) -> float:
+        """Bytes per parameter the data-parallel weight all-gather (ZeRO-1/2's after the step, FSDP's per layer)
+        moves. FP8 primary weights gather their 1-byte data (Megatron-Core's param buffer is uint8 for them,
+        megatron/core/distributed/distributed_data_parallel.py lines 142-146 at d7288711, the Megatron-LM of
+        Megatron-Bridge v0.4.0; NeMo's distributed Adam syncs them as uint8, nemo/core/optim/distributed_adam.py
+        @v2.0.0 lines 238, 295, 386), except MXFP8's: Megatron gathers those in bf16 through the gradient buffer and
+        quantizes after (reuse_grad_buf_for_mxfp8_param_ag, which MXFP8 param gather requires:
+        core/optimizer/optimizer_config.py lines 384-388, distributed/param_and_grad_buffer.py lines 975-993 and
+        469-491 at d7288711). The embedding, output layer and norms stay 16-bit (3% of Llama 3 70B's parameters):
+        counted at 1 byte too.
+
+        The memory model keeps 2-byte weights with FP8 primary weights: Transformer Engine stores an FP8 weight
+        row- and column-wise for training (quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled()),
+        module/base.py @v2.10 line 1265): MXFP8 2 + 2/32 scale bytes (tensor/mxfp8_tensor.py @v2.10 lines 120-145),
+        per-tensor FP8 on Hopper data + transpose, 2 (utils.py is_non_tn_fp8_gemm_supported: Blackwell needs no
+        transpose, 1 byte, not modelled; the memory model has no GPU)."""
+        if self.fp8_param_gather and self.fp8_recipe != "mxfp8":
+            return 1.0
+        return self.weight_bytes_per_param
 
     @property
     def state_bytes_per_param(self) -> float:

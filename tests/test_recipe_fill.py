@@ -183,3 +183,25 @@ def test_a_records_module_list_is_parsed_once_into_the_layouts_form() -> None:
     assert RunLayout(recompute="selective", recompute_modules=("core_attn",)).recompute_modules == (
         RecomputeModule.core_attn,
     )
+
+
+def test_a_record_whose_degrees_are_not_the_recipes_is_not_filled_and_says_why(records) -> None:
+    """The recipe's degrees, hand-read: Llama 3 70B GB300 FP8-MX V2 TP 1, PP 4, VP 5, MBS 1 (Megatron-Bridge
+    llama3_workload_base_configs.py @v0.4.0 lines 219-223); Nemotron-4 340B TP 8, PP 8, VP 12, MBS 1 (dgxc
+    nemotron/configure.sh @v24.11.1 lines 63-70), CP 2 in BF16 at v25.02 (lines 68-80)."""
+    gb300 = records["mb-26.04-pretrain-gb300-llama370b-mxfp8-64g-main"]
+    assert gb300.recipe() is not None and gb300.recipe_mismatch() is None
+    for field, value, why in (("tp", 2, "tp 2 is not the recipe's 1"), ("micro_batch", 2, "micro_batch 2 is not"),
+                              ("vp", 1, "vp 1 is not the recipe's 5")):  # fmt: skip
+        other = _changed(gb300, layout={field: value})
+        assert other.recipe() is None and other.recipe_fills() == {}
+        mismatch = other.recipe_mismatch()
+        assert mismatch is not None and why in mismatch and "lines 219-223" in mismatch
+        assert mismatch in other.notes()
+    nemotron = records["dgxc-v24.11.1-nemotron4340b-bf16-128g-35a9aec"]
+    assert nemotron.recipe_mismatch() is None and nemotron.optimizer_state()[1] is not None
+    no_vp = _changed(nemotron, layout={"vp": 1})
+    assert no_vp.recipe_fills() == {} and no_vp.optimizer_state() == ({}, None)  # the state comes with the recipe
+    v25 = nemotron.model_copy(update={"id": nemotron.id.replace("dgxc-v24.11.1", "dgxc-v25.02")})
+    mismatch = v25.recipe_mismatch()
+    assert mismatch is not None and "cp 1 is not the recipe's 2" in mismatch

@@ -500,7 +500,7 @@ def _dp_traffic(
             total += buckets * collective(count * bytes_per_param / buckets, link, eff, params)
         return total
 
-    grad_bytes, weight_bytes = job.grad_bytes_per_param, job.weight_bytes_per_param
+    grad_bytes, weight_bytes = job.grad_bytes_per_param, job.param_gather_bytes_per_param
     if layout.sharding == Sharding.fsdp:
         ag = sum(comm.all_gather_s(c * weight_bytes / layers, link, eff, params) for c, link in sets)
         rs = sum(comm.reduce_scatter_s(c * grad_bytes / layers, link, eff, params) for c, link in sets)

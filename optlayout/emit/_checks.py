@@ -114,18 +114,23 @@ def qwen3_moe_flavor(model: ModelSpec, who: str, why: str) -> str:
     return flavor
 
 
-def gradient_dtype(job: JobSpec, who: str) -> str:
+def gradient_dtype(job: JobSpec, who: str, reduced_state: bool = False) -> str:
     """The gradient buffers the plan counted: `bf16`/`fp16` for 2 bytes per parameter, `fp32` for 4.
 
     The emitters write the flag that makes the launcher keep exactly these (Megatron `--grad-reduce-in-bf16`,
-    DeepSpeed `data_types.grad_accum_dtype`, Megatron-Bridge `grad_reduce_in_fp32`) or refuse the plan.
+    DeepSpeed `data_types.grad_accum_dtype`, Megatron-Bridge `grad_reduce_in_fp32`) or refuse the plan; likewise
+    the optimizer state: fp32 (mixed-precision Adam's 12 bytes) unless the emitter writes a `reduced_state`.
     """
-    if job.weight_bytes_per_param != 2 or job.optimizer_bytes_per_param != 12:
+    if job.weight_bytes_per_param != 2 or not job.optimizer_bytes_match_dtypes:
         raise UnsupportedError(
             f"{who}: the plan counted {job.weight_bytes_per_param:g} B/param of weights and "
-            f"{job.optimizer_bytes_per_param:g} of optimizer state; the launchers' mixed-precision Adam keeps 2 and 12 "
-            "(16-bit weights; fp32 master, momentum and variance)"
+            f"{job.optimizer_bytes_per_param:g} of optimizer state; the launchers keep 16-bit weights and the "
+            "bytes of the optimizer-state dtypes (mixed-precision Adam: 12, fp32 master, momentum and variance)"
         )
+    if job.reduced_optimizer_state and not reduced_state:
+        dtypes = ", ".join(f"{name} {dtype}" for name, dtype in job.reduced_optimizer_state.items())
+        raise UnsupportedError(f"{who}: the plan keeps {dtypes}; this launcher's optimizer state is fp32 here "
+                               "(Megatron-LM's --use-precision-aware-optimizer expresses it)")  # fmt: skip
     if job.grad_bytes_per_param == 2:
         return "fp16" if job.precision == "fp16" else "bf16"
     if job.grad_bytes_per_param == 4:

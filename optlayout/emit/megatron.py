@@ -46,7 +46,8 @@ def megatron_problems(
     checks = (
         lambda: global_batch(job, layout, "megatron"),
         lambda: node_count(layout, gpus_per_node, "megatron"),
-        lambda: gradient_dtype(job, "megatron"),
+        lambda: gradient_dtype(job, "megatron", reduced_state=True),
+        lambda: _state_flags(job, layout),
     )
     for check in checks:
         try:
@@ -266,6 +267,7 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
         precision["fp8"] = [("--bf16",), ("--fp8-format", fp8_format)] + ([("--fp8-recipe", recipe)] if recipe else [])
     flags += precision[job.precision]
     flags += _gradient_flags(job)
+    flags += _state_flags(job, layout)
     return flags
 
 
@@ -353,10 +355,40 @@ def _router_flags(moe: MoeSpec) -> list[tuple[str, ...]]:
 def _gradient_flags(job: JobSpec) -> list[tuple[str, ...]]:
     """Gradient buffers of the planned width: with --bf16 Megatron accumulates and reduces in fp32 unless
     --grad-reduce-in-bf16; with --fp16 in fp16 unless --accumulate-allreduce-grads-in-fp32 (arguments.py)."""
-    dtype = gradient_dtype(job, "megatron")
+    dtype = gradient_dtype(job, "megatron", reduced_state=True)
     if job.precision == "fp16":
         return [("--accumulate-allreduce-grads-in-fp32",)] if dtype == "fp32" else []
     return [] if dtype == "fp32" else [("--grad-reduce-in-bf16",)]
+
+
+def _state_flags(job: JobSpec, layout: Layout) -> list[tuple[str, ...]]:
+    """FP8 primary weights and a reduced-precision optimizer state as planned (arguments.py at d98e8a64):
+    --fp8-param-gather (lines 2016, 1095-1097: with the distributed optimizer or FSDP only), with MXFP8 also
+    --reuse-grad-buf-for-mxfp8-param-ag (line 3080: the bf16 weight all-gather through the gradient buffer that
+    `JobSpec.param_gather_bytes_per_param` counts); --use-precision-aware-optimizer with --main-params-dtype
+    (fp32 or fp16), --exp-avg-dtype and --exp-avg-sq-dtype (lines 3232-3249; Adam only, core/optimizer/
+    optimizer_config.py lines 433-436)."""
+    flags: list[tuple[str, ...]] = []
+    if job.fp8_param_gather:
+        if layout.sharding == Sharding.none:
+            raise UnsupportedError("megatron: --fp8-param-gather needs the distributed optimizer or FSDP "
+                                   "(sharding zero1, zero2 or fsdp), the plan has sharding none")  # fmt: skip
+        flags.append(("--fp8-param-gather",))
+        if job.fp8_recipe == "mxfp8":
+            flags.append(("--reuse-grad-buf-for-mxfp8-param-ag",))
+    reduced = job.reduced_optimizer_state
+    if not reduced:
+        return flags
+    if job.optimizer != "adam":
+        raise UnsupportedError(f"megatron: --use-precision-aware-optimizer is Adam's only; the plan's optimizer is "
+                               f"{job.optimizer} with {', '.join(f'{k} {v}' for k, v in reduced.items())}")  # fmt: skip
+    if job.main_params_dtype == "bf16":
+        raise UnsupportedError("megatron: main_params_dtype bf16: --main-params-dtype takes fp32 or fp16 "
+                               "(arguments.py line 3238 at d98e8a64)")  # fmt: skip
+    flags.append(("--use-precision-aware-optimizer",))
+    names = {"main_params_dtype": "--main-params-dtype", "exp_avg_dtype": "--exp-avg-dtype",
+             "exp_avg_sq_dtype": "--exp-avg-sq-dtype"}  # fmt: skip
+    return flags + [(flag, getattr(job, name)) for name, flag in names.items()]
 
 
 def _sharding_flags(layout: Layout, fsdp_impl: str) -> list[tuple[str, ...]]:
@@ -492,7 +524,7 @@ def megatron_notes(
         if fsdp
         else "export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron requires it with tp>1 or cp>1 before Blackwell)"
     )
-    grads = gradient_dtype(job, "megatron")
+    grads = gradient_dtype(job, "megatron", reduced_state=True)
     return [
         f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.numerics}; Megatron-LM main "
         "(checked at d98e8a64) / megatron-core 0.16",
@@ -503,7 +535,18 @@ def megatron_notes(
         f"env: {env}",
         f"memory as planned: {grads} gradient buffers, dropout {'0.1' if job.dropout else 'off'}, "
         f"recompute {recompute_text(layout)}, no offloading",
+        *_state_notes(job),
     ]
+
+
+def _state_notes(job: JobSpec) -> list[str]:
+    """What Megatron keeps of a reduced-precision optimizer state beyond the flags: with fp32 master weights and
+    16-bit weights, TE's FusedAdam stores only the 16 bits the weights lack (OptimizerConfig.store_param_remainders,
+    default true, no command-line flag: core/optimizer/optimizer_config.py line 192 at d98e8a64)."""
+    if not job.reduced_optimizer_state or job.main_params_dtype != "fp32" or job.precision == "fp16":
+        return []
+    return ["optimizer state: fp32 master weights kept as 16-bit remainders beside the bf16 weights "
+            "(store_param_remainders): 2 bytes per parameter fewer than planned"]  # fmt: skip
 
 
 MEGATRON_FP8_RECIPES = ("tensorwise", "mxfp8", "blockwise")

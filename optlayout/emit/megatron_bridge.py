@@ -143,6 +143,11 @@ def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
             out.append(f"mixed_precision.fp8={fp8_format}")
             if fp8_recipe is not None:
                 out.append(f"mixed_precision.fp8_recipe={fp8_recipe}")
+            # FP8 primary weights as planned (the plan's own setting, not the base recipe's bf16_mixed); MXFP8 gathers
+            # through the gradient buffer, which Bridge requires with them (training/mixed_precision.py @v0.4.0 92-96)
+            out.append(f"mixed_precision.fp8_param_gather={_bool(job.fp8_param_gather)}")
+            if job.fp8_recipe == "mxfp8":
+                out.append(f"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag={_bool(job.fp8_param_gather)}")
     elif job.precision != "bf16":
         raise UnsupportedError(f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed'; precision must be bf16")
     if recipe.comm_overlap:

@@ -46,8 +46,11 @@ def run_job(record: RunRecord) -> JobSpec:
 
 def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
     """Job and cluster fields the record leaves unstated, with the value assumed and why."""
-    job = {"attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher(),
-           "dropout": record.dropout()}  # fmt: skip
+    job: dict[str, tuple[object, str | None]] = {
+           "attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher(),
+           "dropout": record.dropout(), "fp8_param_gather": record.fp8_param_gather()}  # fmt: skip
+    dtypes, why = record.optimizer_state()
+    job |= {name: (dtype, why) for name, dtype in dtypes.items()}
     cluster = {f"cluster.{k}": v for k, v in cluster_assumptions(record.cluster).items()}
     assumed = cluster | {name: {"value": value, "why": why} for name, (value, why) in job.items() if why is not None}
     for name, part in record.recipe_fills().items():

@@ -27,11 +27,13 @@ from optlayout.specs import (
     ClusterSpec,
     Fp8Recipe,
     JobSpec,
+    MainParamsDtype,
     ModelSpec,
     MoeDispatcher,
     MoeRouting,
     Optimizer,
     Precision,
+    StateDtype,
     fp8_pricing_note,
     recipe_needs_fp8,
 )
@@ -68,8 +70,21 @@ class RunJob(BaseModel):
     moe_dispatcher: MoeDispatcher | None = Field(None, description="alltoall | flex; null = not stated")
     optimizer: Optimizer = "adam"
     dropout: bool | None = Field(None, description="dropout layers active; null = not stated (assumed off)")
+    fp8_param_gather: bool | None = Field(None, description="FP8 primary weights; null = not stated (the recipe's)")
+    main_params_dtype: MainParamsDtype | None = Field(None, description="optimizer master weights; null = recipe/fp32")
+    exp_avg_dtype: StateDtype | None = Field(None, description="Adam's first moment; null = the recipe's or fp32")
+    exp_avg_sq_dtype: StateDtype | None = Field(None, description="Adam's second moment; null = the recipe's or fp32")
 
     _recipe_needs_fp8 = pydantic.field_validator("fp8_recipe")(recipe_needs_fp8)
+
+    @model_validator(mode="after")
+    def _gather_needs_fp8(self) -> RunJob:
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ValueError(f"fp8_param_gather needs precision fp8 (precision is {self.precision})")
+        return self
+
+
+STATE_DTYPE_FIELDS = ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
 
 # Frameworks that run an Ampere-era attention kernel on the GPUs listed (None: every GPU): the kernel and why,
@@ -141,11 +156,51 @@ class RecipeSharding:
 
 
 @dataclass(frozen=True)
+class RecipeState:
+    """The optimizer-state dtypes a published recipe sets (master weights, Adam's moments); `source` as above."""
+
+    main_params_dtype: MainParamsDtype
+    exp_avg_dtype: StateDtype
+    exp_avg_sq_dtype: StateDtype
+    source: str
+
+    def dtypes(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in STATE_DTYPE_FIELDS}
+
+
+@dataclass(frozen=True)
+class RecipeDegrees:
+    """The per-GPU degrees a published recipe runs (vp None: no virtual pipeline); `source` as above. A record
+    publishing another value of one of them ran another layout: nothing is filled from the recipe."""
+
+    tp: int
+    pp: int
+    cp: int
+    vp: int | None
+    micro_batch: int
+    source: str
+
+    def mismatch(self, layout: RunLayout) -> str | None:
+        """The first published degree that is not the recipe's, as a reason; None when all published agree."""
+        for name in ("tp", "pp", "cp", "vp", "micro_batch"):
+            published, recipe = getattr(layout, name), getattr(self, name)
+            if published is None:
+                continue
+            ran = None if name == "vp" and published == 1 else published  # one chunk per rank: no virtual pipeline
+            if ran != recipe:
+                return f"the record's {name} {published} is not the recipe's {recipe if recipe is not None else 'none'}"
+        return None
+
+
+@dataclass(frozen=True)
 class RecipeFill:
-    """What a published recipe sets of the layout fields its runs' records may leave unpublished."""
+    """What a published recipe sets of the layout fields its runs' records may leave unpublished (and of the
+    optimizer state, where it is not fp32); `degrees`, where stated, what the fill is checked against."""
 
     recompute: RecipeRecompute
     sharding: RecipeSharding
+    state: RecipeState | None = None
+    degrees: RecipeDegrees | None = None
 
 
 # A record's release, named by its id: `mb-<NeMo container>-...` (Megatron-Bridge performance summary),
@@ -228,34 +283,48 @@ _BRIDGE_ZERO1_26 = RecipeSharding(
     "(llama3_70b_pretrain_config), recipes/gpt_oss/gpt_oss.py @v0.3.1 lines 241-242, @v0.4.0 and v0.4.2 253-254: "
     "ddp.use_distributed_optimizer = True, ddp.use_megatron_fsdp = False",
 )
+# Apex's DistributedFusedAdam (NeMo's distributed_fused_adam) keeps its parameter shard and both moments in `dtype`
+# (store_params defaults true; apex/contrib/optimizers/distributed_fused_adam.py @6424da3b lines 308-309, 452-482,
+# 564) and reduces gradients in grad_sync_dtype, bf16 here: the 2-byte gradients the memory model keeps.
+_DGXC_340B_BF16_STATE = RecipeState(
+    "bf16", "bf16", "bf16",
+    "dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml @v24.11.1 and @v25.02 lines 183-186: optim "
+    "distributed_fused_adam, grad_sync_dtype bf16, dtype bf16 (master weights and both moments in bf16)",
+)  # fmt: skip
+_BRIDGE_70B_26 = "Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py @v0.3.0 to v0.4.2"
+_BRIDGE_70B_DEGREES_26 = {  # the V2 presets on the WorkloadBaseConfig defaults (TP, PP 1, CP 1, no VP, MBS 1)
+    "h100-sxm": RecipeDegrees(4, 8, 1, 5, 1, f"{_BRIDGE_70B_26} lines 339-344 (H100_FP8_CS_V2)"),
+    "gb200": RecipeDegrees(2, 4, 1, 5, 1, f"{_BRIDGE_70B_26} lines 249-254 (GB200_FP8_MX_V2)"),
+    "gb300": RecipeDegrees(1, 4, 1, 5, 1, f"{_BRIDGE_70B_26} lines 219-223 (GB300_FP8_MX_V2)"),
+}
+_DGXC_NEMOTRON = "dgxc-benchmarking nemotron/configure.sh @v24.11.1 lines {a} (@v25.02 {b}, CP 1 but for 340B BF16)"
+_DGXC_15B_DEGREES = RecipeDegrees(4, 1, 1, None, 4, _DGXC_NEMOTRON.format(a="53-60", b="58-66") + ": 15B")
+_DGXC_340B_DEGREES = RecipeDegrees(8, 8, 1, 12, 1, _DGXC_NEMOTRON.format(a="63-70", b="68-80") + ": 340B")
 _FP8_CS: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"),)
+_FP8_MX: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "mxfp8"),)
 _FP8_CS_MX: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("fp8", "tensorwise"), ("fp8", "mxfp8"))
 _BOTH: tuple[tuple[Precision, Fp8Recipe | None], ...] = (("bf16", None), ("fp8", None))
 _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 
-# The recomputation and sharding of NVIDIA's published recipes, for the records that leave them unpublished: filled
-# only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of that release (the global
-# batch may differ: it changes the accumulation only) and the recipe uses nothing else the layout cannot express that
-# changes memory or time (`RECIPE_LEFT_ALONE`). Megatron-Bridge containers ship: 25.09 v0.1.0rc3, 25.11 v0.2.0,
-# 26.02 v0.3.0, 26.04 v0.4.0 (docs/releases/software-versions.md @v0.6.0), 26.02.01 v0.3.1
+# The recomputation and sharding (and a reduced optimizer state) of NVIDIA's published recipes, for the records that
+# leave them unpublished: filled only where the published per-GPU layout (TP, PP, CP, VP, MBS, FSDP) is the recipe's of
+# that release (the global batch may differ: it changes the accumulation only) and the recipe uses nothing else the
+# layout cannot express that changes memory or time (`RECIPE_LEFT_ALONE`). Megatron-Bridge containers ship: 25.09
+# v0.1.0rc3, 25.11 v0.2.0, 26.02 v0.3.0, 26.04 v0.4.0 (docs/releases/software-versions.md @v0.6.0), 26.02.01 v0.3.1
 # (docs/releases/known-issues.md), 26.04.01 v0.4.2 (the first performance summary listing it); their perf scripts set
-# full block recomputation only from `recompute_num_layers` (utils/helpers.py @v0.2.0 lines 166-179;
-# utils/overrides.py @v0.4.2 lines 136-150) and the base Llama 3 recipe sets none (recipes/llama/llama3.py @v0.4.2
-# lines 99-101); no preset of a filled setup sets `cpu_offloading_num_layers` (the perf scripts' only activation
-# offload, utils/helpers.py @v0.2.0 lines 170-173, utils/overrides.py @v0.4.2 lines 140-143) and the GPT-OSS
-# presets set none. dgxc's MaxText and Paxml (JAX rematerialisation policies, save_dot_except_mlp / save_qkv_proj /
-# SAVE_DOT_ONLY, name the matmul outputs kept, not recomputed modules: no Megatron module set says the same) and the
-# NeMo 24.07 and 24.03 performance tables (they name the container only, and NeMo-Framework-Launcher's 24.07
-# training configs differ from their layouts) are left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line
-# 57 says VP 6 where its README_175b.md (lines 54, 61, 155) and the published table say VP 12; its recomputation and
-# optimizer lines are those of @v24.11.1, so the fill stands. Not modelled, and not a reason to leave a setup alone
-# since every FP8 run of these sources has it, filled here or by the solver: FP8 primary weights (Megatron-Bridge's
-# FP8-CS and MXFP8 precision configs set fp8_param_gather, MXFP8 also reuse_grad_buf_for_mxfp8_param_ag:
-# src/megatron/bridge/training/mixed_precision.py @v0.2.0 lines 242-252 and 272-289; dgxc's FP8 runs set
-# model.fp8_params: llama3.1/configure.sh @v24.11.1 line 116, nemotron/configure.sh line 104,
-# gpt3_175b_hydra.yaml line 221); the memory model keeps 2-byte weights. Nor is Nemotron-4 340B's optimizer state in
-# bf16 (nemotron4-340b-synth.yaml lines 185-186, grad_sync_dtype and dtype bf16; the memory model keeps 12 bytes per
-# parameter): its 128-GPU runs (DP 2) are memory-model misses with the recipe's layout.
+# full block recomputation only from `recompute_num_layers` (utils/helpers.py @v0.2.0 lines 166-179; utils/overrides.py
+# @v0.4.2 lines 136-150) and the base Llama 3 recipe sets none (recipes/llama/llama3.py @v0.4.2 lines 99-101); no preset
+# of a filled setup sets `cpu_offloading_num_layers` (the perf scripts' only activation offload, utils/helpers.py
+# @v0.2.0 lines 170-173, utils/overrides.py @v0.4.2 lines 140-143) and the GPT-OSS presets set none. dgxc's MaxText and
+# Paxml (JAX rematerialisation policies, save_dot_except_mlp / save_qkv_proj / SAVE_DOT_ONLY, name the matmul outputs
+# kept, not recomputed modules: no Megatron module set says the same) and the NeMo 24.07 and 24.03 performance tables
+# (they name the container only, and NeMo-Framework-Launcher's 24.07 training configs differ from their layouts) are
+# left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line 57 says VP 6 where its README_175b.md (lines 54, 61,
+# 155) and the published table say VP 12; its recomputation and optimizer lines are those of @v24.11.1, so the fill
+# stands. Where an entry states the recipe's degrees (`RecipeDegrees`: the Bridge 26.x Llama 3 70B presets, dgxc's
+# Nemotron-4), a record publishing others is not filled and says why (`RunRecord.recipe_mismatch`); the other entries
+# state none yet and are not checked. FP8 primary weights are not a recipe fill: every FP8 run of these sources keeps
+# them (`FP8_PARAM_GATHER_RECIPES`). Nemotron-4 340B keeps its optimizer state in bf16 (`_DGXC_340B_BF16_STATE`).
 RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_BRIDGE_NONE_25_09, _BRIDGE_ZERO1_25_09), ("mb-25.09",), ("Llama 3 8B",), ("gb200", "b200"),
                (("fp8", None), ("fp8", "blockwise"))),
@@ -265,20 +334,26 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
                _FP8_CS_MX),
     **_recipes(RecipeFill(_BRIDGE_NONE_25_11, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("Llama 3 70B",), ("h100-sxm",),
                _FP8_CS),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26_02), ("mb-26.02",), ("Llama 3 70B",), ("h100-sxm",),
-               _FP8_CS),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26_02), ("mb-26.02",), ("Llama 3 70B",), ("gb200", "gb300"),
-               (("fp8", "mxfp8"),)),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), _BRIDGE_26, ("Llama 3 70B",), ("h100-sxm",), _FP8_CS),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), _BRIDGE_26, ("Llama 3 70B",), ("gb200",),
-               (("fp8", "mxfp8"),)),
-    **_recipes(RecipeFill(_BRIDGE_NONE_26, _BRIDGE_ZERO1_26), ("mb-26.04", "mb-26.04.01"), ("Llama 3 70B",),
-               ("gb300",), (("fp8", "mxfp8"),)),
+    **{key: fill for gpu, releases, sharding, precisions in (
+        ("h100-sxm", ("mb-26.02",), _BRIDGE_ZERO1_26_02, _FP8_CS),
+        ("gb200", ("mb-26.02",), _BRIDGE_ZERO1_26_02, _FP8_MX),
+        ("gb300", ("mb-26.02",), _BRIDGE_ZERO1_26_02, _FP8_MX),
+        ("h100-sxm", _BRIDGE_26, _BRIDGE_ZERO1_26, _FP8_CS),
+        ("gb200", _BRIDGE_26, _BRIDGE_ZERO1_26, _FP8_MX),
+        ("gb300", ("mb-26.04", "mb-26.04.01"), _BRIDGE_ZERO1_26, _FP8_MX))
+       for key, fill in _recipes(RecipeFill(_BRIDGE_NONE_26, sharding, degrees=_BRIDGE_70B_DEGREES_26[gpu]), releases,
+                                 ("Llama 3 70B",), (gpu,), precisions).items()},
     **_recipes(RecipeFill(_DGXC_NONE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"),
-               ("Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "GPT-3 175B (NeMo Megatron)", "Nemotron-4 15B"),
-               ("h100-sxm",), _BOTH),
-    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1), ("dgxc-v24.11.1", "dgxc-v25.02"), ("Nemotron-4 340B",),
-               ("h100-sxm",), _BOTH),
+               ("Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "GPT-3 175B (NeMo Megatron)"), ("h100-sxm",), _BOTH),
+    **_recipes(RecipeFill(_DGXC_NONE, _DGXC_ZERO1, degrees=_DGXC_15B_DEGREES), ("dgxc-v24.11.1", "dgxc-v25.02"),
+               ("Nemotron-4 15B",), ("h100-sxm",), _BOTH),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, _DGXC_340B_DEGREES),
+               ("dgxc-v24.11.1", "dgxc-v25.02"), ("Nemotron-4 340B",), ("h100-sxm",), (("fp8", None),)),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, _DGXC_340B_DEGREES),
+               ("dgxc-v24.11.1",), ("Nemotron-4 340B",), ("h100-sxm",), (("bf16", None),)),
+    **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, RecipeDegrees(
+        8, 8, 2, 12, 1, _DGXC_NEMOTRON.format(a="63-70", b="68-80") + ": 340B BF16, CP 2")), ("dgxc-v25.02",),
+        ("Nemotron-4 340B",), ("h100-sxm",), (("bf16", None),)),
     # GPT-OSS 120B BF16: none on GB300; the FP8-MX recipes are left to the solver: on GB200 they end with no module
     # (perf_recipes/gpt_oss/gb200/gpt_oss.py @067f987d lines 240-241, @v0.5.0 line 220), on GB300 none is set
     **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_25_11), ("mb-25.11",), ("GPT-OSS 120B",),
@@ -288,6 +363,17 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_GPT_OSS_SELECTIVE, _BRIDGE_ZERO1_26), _BRIDGE_26, ("GPT-OSS 120B",),
                ("gb200", "b200", "h100-sxm"), (("bf16", None),)),
 }  # fmt: skip
+
+# Frameworks whose FP8 runs of a release keep FP8 primary weights: (release prefix, framework, FP8 recipes, why).
+FP8_PARAM_GATHER_RECIPES: tuple[tuple[str, str, tuple[Fp8Recipe | None, ...], str], ...] = (
+    ("mb-", "megatron-bridge", (None, "tensorwise", "mxfp8"),
+     "Megatron-Bridge's delayed, current-scaling and MXFP8 precision configs set fp8_param_gather (MXFP8 also "
+     "reuse_grad_buf_for_mxfp8_param_ag; src/megatron/bridge/training/mixed_precision.py @v0.1.0rc3 lines 183-334, "
+     "@v0.4.2 223-374; its subchannel, blockwise, configs do not), which the perf scripts keep"),
+    ("dgxc-", "nemo", (None,),
+     "dgxc-benchmarking's NeMo FP8 runs set model.fp8_params (llama3.1/configure.sh @v24.11.1 line 116, @v25.02 124; "
+     "nemotron/configure.sh 104, 115; nemo_megatron/gpt3_175b_hydra.yaml line 221)"),
+)  # fmt: skip
 
 _OFFLOADS = (
     "its recipe offloads {n} layers' activations to the CPU (cpu_offloading_num_layers, Megatron-Bridge {where}), "
@@ -418,21 +504,57 @@ class RunRecord(BaseModel):
 
     def notes(self) -> list[str]:
         """What a prediction of this run does not model of what the record states, one line each."""
-        fp8 = fp8_pricing_note(self.job.fp8_recipe)
-        return [fp8] if fp8 else []
+        return [note for note in (fp8_pricing_note(self.job.fp8_recipe), self.recipe_mismatch()) if note]
 
     def release(self) -> str | None:
         """The release the record's id names (`mb-25.09`, `dgxc-v24.11.1`); None where it names none."""
         found = _RELEASE_ID.match(self.id)
         return found.group(1) if found else None
 
+    def recipe(self) -> RecipeFill | None:
+        """The published recipe of the run's release and setup (`RECIPE_FILL`), where one is filled from: none
+        where the record's published degrees are not the recipe's (`recipe_mismatch`)."""
+        fill = self._recipe_entry()
+        return None if fill is None or self.recipe_mismatch() else fill
+
+    def recipe_mismatch(self) -> str | None:
+        """Why the recipe of the run's setup is not filled from although `RECIPE_FILL` names it: a published degree
+        that is not the recipe's; None where it is filled or none is named."""
+        fill = self._recipe_entry()
+        if fill is None or fill.degrees is None:
+            return None
+        why = fill.degrees.mismatch(self.layout)
+        return f"{why} ({fill.degrees.source}): nothing filled from the recipe" if why else None
+
+    def _recipe_entry(self) -> RecipeFill | None:
+        release = self.release()
+        if release is None:
+            return None
+        return RECIPE_FILL.get((release, self.model.name, self.cluster.gpu, self.job.precision, self.job.fp8_recipe))
+
+    def fp8_param_gather(self) -> tuple[bool, str | None]:
+        """Whether the run kept FP8 primary weights, and why that was assumed (None when stated or not FP8)."""
+        if self.job.fp8_param_gather is not None or self.job.precision != "fp8":
+            return bool(self.job.fp8_param_gather), None
+        release = self.release() or ""
+        for prefix, framework, recipes, why in FP8_PARAM_GATHER_RECIPES:
+            if release.startswith(prefix) and self.framework == framework and self.job.fp8_recipe in recipes:
+                return True, f"not stated: {why}"
+        return False, "not stated: Megatron-LM's default (no --fp8-param-gather)"
+
+    def optimizer_state(self) -> tuple[dict[str, str], str | None]:
+        """The optimizer-state dtypes the run kept where not fp32 (`JobSpec.main_params_dtype`, ...), and why they
+        were assumed (None when the record states them or none is filled)."""
+        stated = {name: getattr(self.job, name) for name in STATE_DTYPE_FIELDS if getattr(self.job, name) is not None}
+        fill = self.recipe()
+        if stated or fill is None or fill.state is None:
+            return stated, None
+        return fill.state.dtypes(), f"not stated: the published recipe of this release sets it ({fill.state.source})"
+
     def recipe_fills(self) -> dict[str, RecipeRecompute | RecipeSharding]:
         """The layout fields (`recompute`, `sharding`) the run's published recipe sets where the record leaves them
         unpublished (`RECIPE_FILL`); empty where the record states them or no recipe says."""
-        release = self.release()
-        if release is None:
-            return {}
-        fill = RECIPE_FILL.get((release, self.model.name, self.cluster.gpu, self.job.precision, self.job.fp8_recipe))
+        fill = self.recipe()
         if fill is None:
             return {}
         lay = self.layout
@@ -453,10 +575,12 @@ class RunRecord(BaseModel):
     def job_spec(self) -> JobSpec:
         """The record's job as a JobSpec (the attention kernel as `attention_kernel()` decides)."""
         job = self.job
-        return JobSpec(seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision,
-                       fp8_recipe=job.fp8_recipe, attention_kernel=self.attention_kernel()[0],
-                       moe_routing=job.moe_routing, moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer,
-                       dropout=self.dropout()[0])  # fmt: skip
+        fields: dict[str, Any] = dict(
+            seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision, fp8_recipe=job.fp8_recipe,
+            attention_kernel=self.attention_kernel()[0], moe_routing=job.moe_routing,
+            moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer, dropout=self.dropout()[0],
+            fp8_param_gather=self.fp8_param_gather()[0])  # fmt: skip
+        return JobSpec(**(fields | self.optimizer_state()[0]))
 
     @property
     def group_key(self) -> tuple[object, ...]:
