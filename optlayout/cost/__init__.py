@@ -13,6 +13,7 @@ from optlayout.cost.memory import MemoryBreakdown, memory_per_gpu, usable_memory
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.cost.step import TimeBreakdown, step_time
 from optlayout.layout.stages import recomputed_share
+from optlayout.records import fast_init
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
 
 __all__ = [
@@ -45,6 +46,7 @@ class Prediction(BaseModel):
     fullest_stage: int
 
 
+@fast_init
 @dataclass(frozen=True)
 class Evaluation:
     """The cost model's raw answer for one layout; `prediction()` turns it into the reported form."""

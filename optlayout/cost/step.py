@@ -35,9 +35,11 @@ from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
 from optlayout.cost.params import CostParams
 from optlayout.layout.recompute import RecomputeModule
 from optlayout.layout.stages import rank_kinds, rank_recomputed_kinds
+from optlayout.records import fast_init
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
+@fast_init
 @dataclass(frozen=True)
 class TimeBreakdown:
     """Seconds per optimizer step, split by where the time goes."""
@@ -104,6 +106,7 @@ def attention_length_factor(seq_len: int, cp: int, causal: bool, params: CostPar
     return 1.0 + (params.attention_tile + 2 * l0 + 2 * (cp - 1) * l0) / seq_len
 
 
+@fast_init
 @dataclass(frozen=True)
 class LayerTimes:
     """One transformer layer, one micro-batch, one GPU (seconds)."""
@@ -129,6 +132,7 @@ class LayerTimes:
                 sum(m.ep_comm_s for m in picked))  # fmt: skip
 
 
+@fast_init
 @dataclass(frozen=True)
 class ModuleTimes:
     """One module's forward in one layer, one micro-batch, one GPU (seconds): what recomputing it repeats."""
@@ -255,6 +259,7 @@ def _layer_base(
     return LayerTimes(gemms, attention, attention_bwd, elementwise, tp_comm, cp_comm, modules=tuple(modules))
 
 
+@fast_init
 @dataclass(frozen=True)
 class StageTimes:
     """Per micro-batch on one stage (seconds): forward and backward, with exposed TP, CP and EP time apart."""

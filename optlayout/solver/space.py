@@ -12,7 +12,6 @@ import math
 import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Final, NamedTuple
 
 from optlayout.errors import InputError
@@ -27,6 +26,7 @@ from optlayout.layout.rules import (
     tp_fits_heads,
 )
 from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits, warmup_chunks
+from optlayout.records import fast_init
 from optlayout.specs import JobSpec, ModelSpec
 
 PIN_KEYS = tuple(a.name for a in SEARCHED_AXES)
@@ -167,6 +167,7 @@ def batch_targets(job: JobSpec) -> tuple[int, int]:
 _VARIANT_FIELDS = ("sharding", "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")
 
 
+@fast_init
 @dataclass(frozen=True)
 class LayoutGroup:
     """Layouts sharing everything but sharding, recomputation and sequence parallelism."""
@@ -184,21 +185,18 @@ class LayoutGroup:
     def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
         # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat;
         # `Layout.unchecked(**degrees, sharding=..., ...)`, from the group's fields once
-        values = self._fields.copy()
+        cache = self.__dict__  # the fields and the fields set, kept on first use (no lock: a cached_property's costs)
+        fields = cache.get("_fields")
+        if fields is None:
+            fields = cache["_fields"] = {**LAYOUT_DEFAULTS, **self.degrees}
+            cache["_fields_set"] = frozenset((*self.degrees, *_VARIANT_FIELDS))
+        values = fields.copy()
         values["sharding"] = sharding
         values["recompute"] = recompute
         values["recompute_layers"] = self.recompute_layers if recompute == Recompute.full else None
         values["recompute_modules"] = self.recompute_modules if recompute == Recompute.selective else None
         values["sequence_parallel"] = sequence_parallel
-        return Layout.unchecked_fields(values, set(self._fields_set))
-
-    @cached_property
-    def _fields(self) -> dict[str, object]:
-        return {**LAYOUT_DEFAULTS, **self.degrees}
-
-    @cached_property
-    def _fields_set(self) -> frozenset[str]:
-        return frozenset((*self.degrees, *_VARIANT_FIELDS))
+        return Layout.unchecked_fields(values, set(cache["_fields_set"]))
 
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
