@@ -185,18 +185,24 @@ class LayoutGroup:
     def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
         # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat;
         # `Layout.unchecked(**degrees, sharding=..., ...)`, from the group's fields once
-        cache = self.__dict__  # the fields and the fields set, kept on first use (no lock: a cached_property's costs)
-        fields = cache.get("_fields")
-        if fields is None:
-            fields = cache["_fields"] = {**LAYOUT_DEFAULTS, **self.degrees}
+        # the layouts built so far, and the fields they share, kept on first use (a walk asks for a layout again)
+        cache = self.__dict__
+        built: dict[tuple[Sharding, Recompute, bool], Layout] | None = cache.get("_built")
+        if built is None:
+            built = cache["_built"] = {}
+            cache["_fields"] = {**LAYOUT_DEFAULTS, **self.degrees}
             cache["_fields_set"] = frozenset((*self.degrees, *_VARIANT_FIELDS))
-        values = fields.copy()
-        values["sharding"] = sharding
-        values["recompute"] = recompute
-        values["recompute_layers"] = self.recompute_layers if recompute == Recompute.full else None
-        values["recompute_modules"] = self.recompute_modules if recompute == Recompute.selective else None
-        values["sequence_parallel"] = sequence_parallel
-        return Layout.unchecked_fields(values, set(cache["_fields_set"]))
+        choice = (sharding, recompute, sequence_parallel)
+        layout = built.get(choice)
+        if layout is None:
+            values = cache["_fields"].copy()
+            values["sharding"] = sharding
+            values["recompute"] = recompute
+            values["recompute_layers"] = self.recompute_layers if recompute == Recompute.full else None
+            values["recompute_modules"] = self.recompute_modules if recompute == Recompute.selective else None
+            values["sequence_parallel"] = sequence_parallel
+            layout = built[choice] = Layout.unchecked_fields(values, set(cache["_fields_set"]))
+        return layout
 
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
