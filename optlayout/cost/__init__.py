@@ -12,8 +12,8 @@ from optlayout.cost.flops import hardware_flops_per_token, mfu, model_flops_per_
 from optlayout.cost.memory import MemoryBreakdown, memory_per_gpu, usable_memory_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.cost.step import TimeBreakdown, step_time
+from optlayout.frozen import fast_init
 from optlayout.layout.stages import recomputed_share
-from optlayout.records import fast_init
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
 
 __all__ = [

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optlayout.cost.flops import sliding_window_context
+from optlayout.frozen import fast_init
 from optlayout.model.layers import DENSE_LAYER, LayerKind
-from optlayout.records import fast_init
 from optlayout.specs import ModelSpec
 
 ACT_BYTES = 2  # 16-bit activations

@@ -26,6 +26,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
+from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
 from optlayout.layout.stages import (
     ChunkKinds,
@@ -35,7 +36,6 @@ from optlayout.layout.stages import (
     rank_kinds,
     warmup_chunks,
 )
-from optlayout.records import fast_init
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 # what the in-flight activations per stage depend on: the whole layout but its sharding

@@ -25,8 +25,8 @@ from typing import Any
 from optlayout.cost import comm
 from optlayout.cost.attention import ACT_BYTES
 from optlayout.cost.params import CostParams
+from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
-from optlayout.records import fast_init
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute
 
 MLP_SAVED_VALUES = {"swiglu": 3, "gelu": 2, "relu2": 2}  # FFN internals kept per unit of width (fused SwiGLU: 3)

@@ -33,9 +33,9 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
 from optlayout.cost.params import CostParams
+from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
 from optlayout.layout.stages import rank_kinds, rank_recomputed_kinds
-from optlayout.records import fast_init
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 

@@ -43,10 +43,10 @@ from optlayout.cost.memory import (
     stage_state_bytes,
 )
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
+from optlayout.frozen import fast_init
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
 from optlayout.layout.stages import chunk_layer_counts, stage_split
-from optlayout.records import fast_init
 from optlayout.solver.space import LayoutGroup, SpaceNodes, node_key
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 from optlayout.timings import PhaseClock

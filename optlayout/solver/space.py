@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from optlayout.errors import InputError
+from optlayout.frozen import fast_init
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import LAYOUT_DEFAULTS, SEARCHED_AXES, Layout, Recompute, Sharding
 from optlayout.layout.recompute import DEFAULT_MODULES, RecomputeModule, module_problems, parse_modules
@@ -26,7 +27,6 @@ from optlayout.layout.rules import (
     tp_fits_heads,
 )
 from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits, warmup_chunks
-from optlayout.records import fast_init
 from optlayout.specs import JobSpec, ModelSpec
 
 PIN_KEYS = tuple(a.name for a in SEARCHED_AXES)

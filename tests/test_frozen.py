@@ -8,7 +8,7 @@ import math
 import pytest
 
 from optlayout.cost.step import LayerTimes, TimeBreakdown
-from optlayout.records import fast_init
+from optlayout.frozen import fast_init
 
 
 def _pair() -> tuple[type, type]:
