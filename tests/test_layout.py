@@ -206,7 +206,7 @@ def test_the_run_record_format_states_every_searched_axis() -> None:
 
 def test_the_space_builds_its_layouts_as_unchecked_does() -> None:
     """`LayoutGroup.layout` and the search's recomputed-layer variant build the layout `Layout.unchecked` builds (the
-    same values in the same order, the same fields set), without its copies."""
+    same values in the same order, the same fields set), without its copies; asked again, the same one."""
     from optlayout.layout.model import Layout
     from optlayout.solver.candidates import least_recomputed
     from optlayout.solver.space import SpaceOptions, enumerate_groups
@@ -224,6 +224,10 @@ def test_the_space_builds_its_layouts_as_unchecked_does() -> None:
             assert list(got.__dict__.items()) == list(want.__dict__.items())
             assert got.model_fields_set == want.model_fields_set and got == want
             seen += 1
+        for sharding, recompute, sp in itertools.product(group.shardings, group.recomputes, group.sequence_parallel):
+            again = group.layout(sharding, recompute, sp)  # kept from the first time, and still that layout
+            assert (again.sharding, again.recompute, again.sequence_parallel) == (sharding, recompute, sp)
+            assert again is group.layout(sharding, recompute, sp)
         lay = group.layout(group.shardings[0], group.recomputes[-1], group.sequence_parallel[0])
         one = least_recomputed(lay.model_copy(update={"recompute": "full", "recompute_modules": None}))
         want = Layout.unchecked(**{**lay.__dict__, "recompute": "full", "recompute_modules": None,

@@ -12,6 +12,7 @@ from optlayout.cost.flops import hardware_flops_per_token, mfu, model_flops_per_
 from optlayout.cost.memory import MemoryBreakdown, memory_per_gpu, usable_memory_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.cost.step import TimeBreakdown, step_time
+from optlayout.frozen import fast_init
 from optlayout.layout.stages import recomputed_share
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
 
@@ -45,6 +46,7 @@ class Prediction(BaseModel):
     fullest_stage: int
 
 
+@fast_init
 @dataclass(frozen=True)
 class Evaluation:
     """The cost model's raw answer for one layout; `prediction()` turns it into the reported form."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optlayout.cost.flops import sliding_window_context
+from optlayout.frozen import fast_init
 from optlayout.model.layers import DENSE_LAYER, LayerKind
 from optlayout.specs import ModelSpec
 
@@ -101,6 +102,7 @@ def attention_norm_elementwise_bytes(model: ModelSpec, tp: int) -> float:
     return 4.0 * (model.q_width / tp + kv_width_per_rank(model, tp)) if att.qk_norm else 0.0
 
 
+@fast_init
 @dataclass(frozen=True)
 class AttentionActivations:
     """Bytes the attention block keeps for backward per micro-batch on one GPU, by how they split."""

@@ -26,6 +26,7 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
+from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
 from optlayout.layout.stages import (
     ChunkKinds,
@@ -43,6 +44,7 @@ _all_but_sharding = operator.attrgetter(*(name for name in Layout.model_fields i
 __all__ = ["ACT_BYTES", "MemoryBreakdown", "kv_width_per_rank", "memory_per_gpu"]
 
 
+@fast_init
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes per GPU on the fullest pipeline stage."""
@@ -95,6 +97,7 @@ def layer_param_count_per_rank(model: ModelSpec, tp: int, kind: LayerKind = DENS
     return attention + model.norm_param_count_per_layer / tp + dense_moe_params_per_rank(model, tp)
 
 
+@fast_init
 @dataclass(frozen=True)
 class StageParams:
     """Parameters one GPU of a pipeline stage holds: the total, and the routed experts among them."""
@@ -295,7 +298,6 @@ def _fullest_stage(
 ) -> tuple[float, int, tuple[float, float, float], float, float]:
     """(total bytes, stage, its (weights, gradients, optimizer) bytes, its activation bytes, buffer bytes) of the
     fullest stage, by the same sum `MemoryBreakdown.total_bytes` takes."""
-    per_stage = stage_params_per_stage(model, layout, memo)
     stage_acts = _stage_activations(model, job, layout, params, memo)
     buffers = 0.0
     if layout.sharding == Sharding.fsdp and layout.dp * layout.cp > 1:
@@ -311,15 +313,13 @@ def _fullest_stage(
                 memo[bkey] = found
         buffers = found
     by_stage = _states_by_stage(layout, memo)
-    states = []
-    for stage, _ in stage_acts:
+    reserve = params.runtime_reserve_bytes
+    best: tuple[float, int, tuple[float, float, float], float, float] | None = None
+    for stage, acts in stage_acts:
         state = by_stage.get(stage)
         if state is None:
-            state = by_stage[stage] = stage_state_bytes(per_stage[stage], job, layout)
-        states.append(state)
-    best: tuple[float, int, tuple[float, float, float], float, float] | None = None
-    for (stage, acts), state in zip(stage_acts, states, strict=True):
-        total = state[0] + state[1] + state[2] + acts + buffers + params.runtime_reserve_bytes
+            state = by_stage[stage] = stage_state_bytes(stage_params_per_stage(model, layout, memo)[stage], job, layout)
+        total = state[0] + state[1] + state[2] + acts + buffers + reserve
         if best is None or total > best[0]:
             best = (total, stage, state, acts, buffers)
     assert best is not None
@@ -382,9 +382,20 @@ def _chunk_bytes(
     """The activation bytes one micro-batch leaves in each of a rank's chunks (`_split_stages`): the layers at the
     layout's per-layer bytes (`per_kind`, the layout's `_per_kind_activation_bytes`), and those kept whole at the
     bytes of no recomputation."""
-    whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none) if any(
-        kept for _, kept in chunks) else per_kind  # fmt: skip
-    return [_kinds_bytes(held, per_kind) + _kinds_bytes(kept, whole) for held, kept in chunks]
+    out: list[float] = []
+    whole: dict[LayerKind, float] | None = None
+    for held, kept in chunks:
+        if len(held) == 1:  # `_kinds_bytes` of one kind, inline
+            ((kind, n),) = held
+            held_bytes: float = n * per_kind[kind]
+        else:
+            held_bytes = _kinds_bytes(held, per_kind)
+        if kept:
+            if whole is None:
+                whole = _per_kind_activation_bytes(model, job, layout, params, memo, Recompute.none)
+            held_bytes += _kinds_bytes(kept, whole)
+        out.append(held_bytes)  # with none kept whole: the held bytes + 0, the same figure
+    return out
 
 
 def _kinds_bytes(layers: ChunkKinds[LayerKind], per_kind: dict[LayerKind, float]) -> float:

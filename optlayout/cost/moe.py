@@ -26,6 +26,7 @@ from typing import Any
 from optlayout.cost import comm
 from optlayout.cost.attention import ACT_BYTES
 from optlayout.cost.params import CostParams
+from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute
 
@@ -64,6 +65,7 @@ def local_tokens(job: JobSpec, layout: Layout) -> float:
     return job.seq_len * layout.micro_batch / (layout.cp * layout.tp)
 
 
+@fast_init
 @dataclass(frozen=True)
 class MoeTimes:
     """The MoE FFN block of one layer, one micro-batch, one GPU, forward (seconds; the backward from these)."""

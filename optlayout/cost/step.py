@@ -33,11 +33,13 @@ from optlayout.cost.attention import (
 )
 from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
 from optlayout.cost.params import CostParams
+from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
 from optlayout.layout.stages import rank_kinds, rank_recomputed_kinds
 from optlayout.specs import HOPPER_OR_NEWER, GpuSpec, JobSpec, Layout, ModelSpec, Recompute, Sharding
 
 
+@fast_init
 @dataclass(frozen=True)
 class TimeBreakdown:
     """Seconds per optimizer step, split by where the time goes."""
@@ -104,6 +106,7 @@ def attention_length_factor(seq_len: int, cp: int, causal: bool, params: CostPar
     return 1.0 + (params.attention_tile + 2 * l0 + 2 * (cp - 1) * l0) / seq_len
 
 
+@fast_init
 @dataclass(frozen=True)
 class LayerTimes:
     """One transformer layer, one micro-batch, one GPU (seconds)."""
@@ -129,6 +132,7 @@ class LayerTimes:
                 sum(m.ep_comm_s for m in picked))  # fmt: skip
 
 
+@fast_init
 @dataclass(frozen=True)
 class ModuleTimes:
     """One module's forward in one layer, one micro-batch, one GPU (seconds): what recomputing it repeats."""
@@ -257,6 +261,7 @@ def _layer_base(
     return LayerTimes(gemms, attention, attention_bwd, elementwise, tp_comm, cp_comm, modules=tuple(modules))
 
 
+@fast_init
 @dataclass(frozen=True)
 class StageTimes:
     """Per micro-batch on one stage (seconds): forward and backward, with exposed TP, CP and EP time apart."""
@@ -298,13 +303,16 @@ def stage_times(
     layers = [(lt, n, r) for (lt, n), r in zip(mix, rerun, strict=True)]
     if last and mtp is not None and model.mtp_layers:
         layers.append((mtp, model.mtp_layers, model.mtp_layers if full else 0))
+    selective = layout.selective_modules if layout.recompute == Recompute.selective else None
+    elementwise_ratio, tp_exposed = params.backward_elementwise_ratio, 1 - params.tp_comm_overlap
+    cp_degree = layout.cp
     for lt, count, rerun_count in layers:
-        fwd = lt.forward_compute_s()
+        fwd = lt.gemm_fwd_s + lt.attention_fwd_s + lt.elementwise_fwd_s  # `forward_compute_s`
         bwd = 2 * lt.gemm_fwd_s + lt.attention_bwd_s
-        bwd += params.backward_elementwise_ratio * lt.elementwise_fwd_s
+        bwd += elementwise_ratio * lt.elementwise_fwd_s
         ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
-        if layout.recompute == Recompute.selective:  # the modules' forwards again, their collectives and exchange
-            compute_again_s, tp_again_s, ep_again_s = lt.recomputed(layout.selective_modules)
+        if selective is not None:  # the modules' forwards again, their collectives and exchange
+            compute_again_s, tp_again_s, ep_again_s = lt.recomputed(selective)
             bwd += compute_again_s
             ep_comm += ep_again_s
         else:
@@ -314,14 +322,14 @@ def stage_times(
         share = rerun_count / count if count else 0.0
         bwd += share * fwd
         ep_comm += share * lt.ep_comm_fwd_s
-        tp = (1 - params.tp_comm_overlap) * (lt.tp_comm_fwd_s * (2.0 + share) + tp_again_s)  # fwd, bwd, recomputed
+        tp = tp_exposed * (lt.tp_comm_fwd_s * (2.0 + share) + tp_again_s)  # fwd, bwd, recomputed
         # Ring attention hides each step's K/V exchange under the attention of the chunk already received, step
         # by step: cp steps of equal work (load-balanced causal split), cp - 1 exchanges; the backward sends K/V
         # and their gradients.
         cp = 0.0
-        if layout.cp > 1:
-            exchange, step = lt.cp_comm_fwd_s / (layout.cp - 1), lt.attention_fwd_s / layout.cp
-            cp = (layout.cp - 1) * (max(0.0, exchange - step) + max(0.0, 2 * exchange - lt.attention_bwd_s / layout.cp))
+        if cp_degree > 1:
+            exchange, step = lt.cp_comm_fwd_s / (cp_degree - 1), lt.attention_fwd_s / cp_degree
+            cp = (cp_degree - 1) * (max(0.0, exchange - step) + max(0.0, 2 * exchange - lt.attention_bwd_s / cp_degree))
         fwd_s += count * fwd
         bwd_s += count * bwd
         tp_s += count * tp
@@ -606,8 +614,11 @@ def _stage(
     if st is None:
         mtp = _memo_layer_times(model, job, layout, gpu, links, params, memo, lkey, mtp_kind(model)) if (
             last and model.mtp_layers) else None  # fmt: skip
-        rerun = None if recomputed is None else tuple(dict(recomputed).get(k, 0) for k, _ in mix)
-        held = tuple((_memo_layer_times(model, job, layout, gpu, links, params, memo, lkey, k), n) for k, n in mix)
+        rerun = None
+        if recomputed is not None:
+            again = dict(recomputed)
+            rerun = tuple([again.get(k, 0) for k, _ in mix])
+        held = tuple([(_memo_layer_times(model, job, layout, gpu, links, params, memo, lkey, k), n) for k, n in mix])
         st = stage_times(model, job, layout, gpu, params, held, last, mtp, overlapped, rerun, memo)
         if memo is not None:
             memo[skey] = st

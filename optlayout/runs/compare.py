@@ -318,8 +318,8 @@ def _fitting_choices(
     for c, chain in enumerate(chains):
         found: list[int] = []
         for p, (v, below, above) in enumerate(plan):
-            lo = max((found[j] for j in below), default=0)  # it fits wherever v fits
-            hi = min((found[j] for j in above), default=len(chain))
+            lo = max([found[j] for j in below], default=0)  # it fits wherever v fits
+            hi = min([found[j] for j in above], default=len(chain))
             key = (variants, c, len(chain), p)
             found.append(_first_fitting(fits, group, chain, v, lo, hi, guesses.get(key)))
             guesses[key] = found[-1]

@@ -34,6 +34,7 @@ from optlayout.cost import (
 )
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import (
+    StageParams,
     first_stage_state_bytes,
     memory_floor_bytes,
     memory_per_gpu,
@@ -42,6 +43,7 @@ from optlayout.cost.memory import (
     stage_state_bytes,
 )
 from optlayout.cost.step import step_floor_s, step_time, whole_model_s
+from optlayout.frozen import fast_init
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
 from optlayout.layout.stages import chunk_layer_counts, stage_split
@@ -58,6 +60,7 @@ _SHARDED_FIRST = {s: (s == Sharding.none, i) for i, s in enumerate(Sharding)}
 _RECOMPUTE_ORDER = {r: i for i, r in enumerate(Recompute)}
 
 
+@fast_init
 @dataclass(frozen=True)
 class Candidate:
     """A legal layout and what the cost model says of it (the full Prediction is built on demand).
@@ -270,7 +273,11 @@ class CostTable:
     def times(self, layout: Layout) -> TimeBreakdown:
         """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
         started = time.perf_counter()
-        most = max(stage_params_per_stage(self.model, layout, self._memo), key=lambda p: p.total)
+        mkey = ("most_params", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
+                layout.ep, layout.etp)  # fmt: skip
+        most = self._memo.get(mkey)  # the stage parameters' key (`stage_params_per_stage`)
+        if not isinstance(most, StageParams):
+            most = self._memo[mkey] = max(stage_params_per_stage(self.model, layout, self._memo), key=lambda p: p.total)
         times = step_time(self.model, self.job, layout, self.gpu, self.links(layout), self.params, most.total,
                           self._memo, most.experts)  # fmt: skip
         self.cost_s += time.perf_counter() - started

@@ -12,10 +12,10 @@ import math
 import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Final, NamedTuple
 
 from optlayout.errors import InputError
+from optlayout.frozen import fast_init
 from optlayout.layout.axes import Axis
 from optlayout.layout.model import LAYOUT_DEFAULTS, SEARCHED_AXES, Layout, Recompute, Sharding
 from optlayout.layout.recompute import DEFAULT_MODULES, RecomputeModule, module_problems, parse_modules
@@ -167,6 +167,7 @@ def batch_targets(job: JobSpec) -> tuple[int, int]:
 _VARIANT_FIELDS = ("sharding", "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")
 
 
+@fast_init
 @dataclass(frozen=True)
 class LayoutGroup:
     """Layouts sharing everything but sharding, recomputation and sequence parallelism."""
@@ -184,21 +185,24 @@ class LayoutGroup:
     def layout(self, sharding: Sharding, recompute: Recompute, sequence_parallel: bool) -> Layout:
         # the space only yields legal degrees (the Layout's own field rules included): no validation to repeat;
         # `Layout.unchecked(**degrees, sharding=..., ...)`, from the group's fields once
-        values = self._fields.copy()
-        values["sharding"] = sharding
-        values["recompute"] = recompute
-        values["recompute_layers"] = self.recompute_layers if recompute == Recompute.full else None
-        values["recompute_modules"] = self.recompute_modules if recompute == Recompute.selective else None
-        values["sequence_parallel"] = sequence_parallel
-        return Layout.unchecked_fields(values, set(self._fields_set))
-
-    @cached_property
-    def _fields(self) -> dict[str, object]:
-        return {**LAYOUT_DEFAULTS, **self.degrees}
-
-    @cached_property
-    def _fields_set(self) -> frozenset[str]:
-        return frozenset((*self.degrees, *_VARIANT_FIELDS))
+        # the layouts built so far, and the fields they share, kept on first use (a walk asks for a layout again)
+        cache = self.__dict__
+        built: dict[tuple[Sharding, Recompute, bool], Layout] | None = cache.get("_built")
+        if built is None:
+            built = cache["_built"] = {}
+            cache["_fields"] = {**LAYOUT_DEFAULTS, **self.degrees}
+            cache["_fields_set"] = frozenset((*self.degrees, *_VARIANT_FIELDS))
+        choice = (sharding, recompute, sequence_parallel)
+        layout = built.get(choice)
+        if layout is None:
+            values = cache["_fields"].copy()
+            values["sharding"] = sharding
+            values["recompute"] = recompute
+            values["recompute_layers"] = self.recompute_layers if recompute == Recompute.full else None
+            values["recompute_modules"] = self.recompute_modules if recompute == Recompute.selective else None
+            values["sequence_parallel"] = sequence_parallel
+            layout = built[choice] = Layout.unchecked_fields(values, set(cache["_fields_set"]))
+        return layout
 
     def layouts(self) -> Iterator[Layout]:
         for sharding, recompute, sp in itertools.product(self.shardings, self.recomputes, self.sequence_parallel):
