@@ -93,11 +93,11 @@ def test_fp8_primary_weights_come_from_the_framework_and_release(records) -> Non
         on, why = records[rid].fp8_param_gather()
         assert on and why is not None and "mixed_precision.py" in why
     on, why = records["mb-25.09-pretrain-gb200-llama370b-fp8blockwisemx-64g-alt"].fp8_param_gather()
-    assert not on and why is not None and "default" in why  # Bridge's subchannel (blockwise) configs do not set it
+    assert not on and why is not None and "off" in why  # Bridge's subchannel (blockwise) configs do not set it
     on, why = records["dgxc-v25.02-llama3170b-fp8-64g-8f5cbb3"].fp8_param_gather()
     assert on and why is not None and "fp8_params" in why
     on, why = records["nemo2407-llama370b-64g"].fp8_param_gather()  # a NeMo table naming no release: not assumed
-    assert not on and why is not None and "default" in why
+    assert not on and why is not None and "off" in why
     assert records[NEMOTRON_340B_128].fp8_param_gather() == (False, None)  # bf16: nothing to assume
     stated = records["dgxc-v25.02-llama3170b-fp8-64g-8f5cbb3"]
     stated = stated.model_copy(update={"job": stated.job.model_copy(update={"fp8_param_gather": False})})
@@ -144,7 +144,10 @@ def test_megatron_writes_the_state_as_planned() -> None:
     [
         ({"main_params_dtype": "bf16"}, ZERO1, "--main-params-dtype takes fp32 or fp16"),
         ({"optimizer": "muon", "exp_avg_dtype": "bf16"}, ZERO1, "Adam's only"),
+        ({"optimizer": "muon"}, ZERO1, "optimizer muon: the emitted configs are Adam's only"),
         ({"precision": "fp8", "fp8_param_gather": True}, parse_layout("tp=4,pp=2,dp=2,ga=32"), "sharding none"),
+        ({"exp_avg_dtype": "bf16"}, parse_layout("tp=4,pp=2,dp=2,ga=32"), "precision-aware-optimizer needs the "
+         "distributed optimizer"),
     ],
 )
 def test_megatron_refuses_a_state_it_cannot_keep(fields: dict[str, object], layout, message: str) -> None:

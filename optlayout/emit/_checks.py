@@ -121,6 +121,9 @@ def gradient_dtype(job: JobSpec, who: str, reduced_state: bool = False) -> str:
     DeepSpeed `data_types.grad_accum_dtype`, Megatron-Bridge `grad_reduce_in_fp32`) or refuse the plan; likewise
     the optimizer state: fp32 (mixed-precision Adam's 12 bytes) unless the emitter writes a `reduced_state`.
     """
+    if job.optimizer != "adam":
+        raise UnsupportedError(f"{who}: optimizer {job.optimizer}: the emitted configs are Adam's only "
+                               "(mixed-precision Adam)")  # fmt: skip
     if job.weight_bytes_per_param != 2 or not job.optimizer_bytes_match_dtypes:
         raise UnsupportedError(
             f"{who}: the plan counted {job.weight_bytes_per_param:g} B/param of weights and "

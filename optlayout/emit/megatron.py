@@ -366,8 +366,8 @@ def _state_flags(job: JobSpec, layout: Layout) -> list[tuple[str, ...]]:
     --fp8-param-gather (lines 2016, 1095-1097: with the distributed optimizer or FSDP only), with MXFP8 also
     --reuse-grad-buf-for-mxfp8-param-ag (line 3080: the bf16 weight all-gather through the gradient buffer that
     `JobSpec.param_gather_bytes_per_param` counts); --use-precision-aware-optimizer with --main-params-dtype
-    (fp32 or fp16), --exp-avg-dtype and --exp-avg-sq-dtype (lines 3232-3249; Adam only, core/optimizer/
-    optimizer_config.py lines 433-436)."""
+    (fp32 or fp16), --exp-avg-dtype and --exp-avg-sq-dtype (lines 3673-3684; Adam only, core/optimizer/
+    optimizer_config.py lines 433-436; with the distributed optimizer only, core/optimizer/__init__.py line 1057)."""
     flags: list[tuple[str, ...]] = []
     if job.fp8_param_gather:
         if layout.sharding == Sharding.none:
@@ -379,12 +379,12 @@ def _state_flags(job: JobSpec, layout: Layout) -> list[tuple[str, ...]]:
     reduced = job.reduced_optimizer_state
     if not reduced:
         return flags
-    if job.optimizer != "adam":
-        raise UnsupportedError(f"megatron: --use-precision-aware-optimizer is Adam's only; the plan's optimizer is "
-                               f"{job.optimizer} with {', '.join(f'{k} {v}' for k, v in reduced.items())}")  # fmt: skip
     if job.main_params_dtype == "bf16":
         raise UnsupportedError("megatron: main_params_dtype bf16: --main-params-dtype takes fp32 or fp16 "
-                               "(arguments.py line 3238 at d98e8a64)")  # fmt: skip
+                               "(arguments.py line 3673 at d98e8a64)")  # fmt: skip
+    if layout.sharding == Sharding.none:
+        raise UnsupportedError("megatron: --use-precision-aware-optimizer needs the distributed optimizer (sharding "
+                               "zero1, zero2 or fsdp), the plan has sharding none")  # fmt: skip
     flags.append(("--use-precision-aware-optimizer",))
     names = {"main_params_dtype": "--main-params-dtype", "exp_avg_dtype": "--exp-avg-dtype",
              "exp_avg_sq_dtype": "--exp-avg-sq-dtype"}  # fmt: skip

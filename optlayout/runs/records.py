@@ -540,7 +540,7 @@ class RunRecord(BaseModel):
         for prefix, framework, recipes, why in FP8_PARAM_GATHER_RECIPES:
             if release.startswith(prefix) and self.framework == framework and self.job.fp8_recipe in recipes:
                 return True, f"not stated: {why}"
-        return False, "not stated: Megatron-LM's default (no --fp8-param-gather)"
+        return False, "not stated: off (no recipe of this source is known to keep FP8 primary weights)"
 
     def optimizer_state(self) -> tuple[dict[str, str], str | None]:
         """The optimizer-state dtypes the run kept where not fp32 (`JobSpec.main_params_dtype`, ...), and why they
