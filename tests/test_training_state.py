@@ -82,10 +82,17 @@ def test_nemotron_340b_keeps_its_recipes_bf16_state_and_fits(records) -> None:
     assert not run.memory_model_miss
     assert assumed_fields(record)["exp_avg_sq_dtype"]["value"] == "bf16"
     # the same run with fp32 state (12 bytes) is a memory-model miss: 17.3 GB more on a GPU of 80 GiB
-    fp32 = record.model_copy(update={"job": record.job.model_copy(update={"main_params_dtype": "fp32"})})
-    assert fp32.optimizer_state() == ({"main_params_dtype": "fp32"}, None)  # stated: the record's own
+    state = {"main_params_dtype": "fp32", "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32"}
+    fp32 = record.model_copy(update={"job": record.job.model_copy(update=state)})
+    assert fp32.optimizer_state() == (state, None)  # stated: the record's own
     assert fp32.job_spec().optimizer_bytes_per_param == 12
     assert predict_run(fp32).memory_model_miss
+    # one dtype stated: the recipe's fill the other two, and say so
+    part = record.model_copy(update={"job": record.job.model_copy(update={"main_params_dtype": "fp32"})})
+    dtypes, why = part.optimizer_state()
+    assert dtypes == {"main_params_dtype": "fp32", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    assert why is not None and "exp_avg_dtype, exp_avg_sq_dtype" in why
+    assert part.job_spec().optimizer_bytes_per_param == 4 + 2 + 2
 
 
 def test_fp8_primary_weights_come_from_the_framework_and_release(records) -> None:

@@ -544,16 +544,23 @@ class RunRecord(BaseModel):
 
     def optimizer_state(self) -> tuple[dict[str, str], str | None]:
         """The optimizer-state dtypes the run kept where not fp32 (`JobSpec.main_params_dtype`, ...), and why they
-        were assumed (None when the record states them or none is filled)."""
+        were assumed (None when the record states them all or none is filled): the record's own, the recipe's for
+        those it leaves unstated."""
         stated = {name: getattr(self.job, name) for name in STATE_DTYPE_FIELDS if getattr(self.job, name) is not None}
         fill = self.recipe()
-        if stated or fill is None or fill.state is None:
+        state = None if fill is None else fill.state
+        if state is None:
             return stated, None
-        return fill.state.dtypes(), f"not stated: the published recipe of this release sets it ({fill.state.source})"
+        filled = {k: v for k, v in state.dtypes().items() if k not in stated}
+        if not filled:
+            return stated, None
+        why = f"not stated: the published recipe of this release sets {', '.join(filled)} ({state.source})"
+        return filled | stated, why
 
     def recipe_fills(self) -> dict[str, RecipeRecompute | RecipeSharding]:
         """The layout fields (`recompute`, `sharding`) the run's published recipe sets where the record leaves them
-        unpublished (`RECIPE_FILL`); empty where the record states them or no recipe says."""
+        unpublished (`RECIPE_FILL`); empty where the record states them, no recipe says, or its published degrees
+        are not the recipe's."""
         fill = self.recipe()
         if fill is None:
             return {}
