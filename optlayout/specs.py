@@ -438,10 +438,13 @@ class ClusterSpec(_Spec):
         return min(self.nvlink_domain or self.gpus_per_node, self.gpus)
 
 
+# The JobSpec fields naming the optimizer's per-parameter states: master weights and Adam's two moments.
+STATE_DTYPE_FIELDS = ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+
+
 def _state_dtype_fields(muon: bool) -> tuple[str, ...]:
-    """The JobSpec fields naming the optimizer's per-parameter states: master weights and Adam's two moments, or
-    muon's one momentum buffer."""
-    return ("main_params_dtype", "exp_avg_dtype") + (() if muon else ("exp_avg_sq_dtype",))
+    """The state fields the optimizer keeps: all three, or muon's master weights and one momentum buffer."""
+    return STATE_DTYPE_FIELDS[:2] if muon else STATE_DTYPE_FIELDS
 
 
 class JobSpec(_Spec):

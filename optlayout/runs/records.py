@@ -23,6 +23,7 @@ from optlayout.layout.recompute import RecomputeModule, parse_modules
 from optlayout.layout.text import KEYS, recompute_text
 from optlayout.presets import gpu_preset
 from optlayout.specs import (
+    STATE_DTYPE_FIELDS,
     AttentionKernel,
     ClusterSpec,
     Fp8Recipe,
@@ -83,8 +84,6 @@ class RunJob(BaseModel):
             raise ValueError(f"fp8_param_gather needs precision fp8 (precision is {self.precision})")
         return self
 
-
-STATE_DTYPE_FIELDS = ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
 
 # Frameworks that run an Ampere-era attention kernel on the GPUs listed (None: every GPU): the kernel and why,
