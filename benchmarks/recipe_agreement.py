@@ -82,7 +82,7 @@ def _crowding(groups: dict[str, list[Agreement]]) -> list[str]:
     throughput, and the runs out of the top 10 that only layouts within 1% keep out."""
     lines = [
         f"| runs | runs | out of top {TOP} | median ahead within 1% | median ahead within 2% "
-        f"| out only by layouts within 1% |",
+        "| out only by layouts within 1% |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for key, rows in groups.items():
