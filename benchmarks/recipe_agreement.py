@@ -77,6 +77,24 @@ def _table(title: str, groups: dict[str, list[Agreement]]) -> list[str]:
     return lines
 
 
+def _crowding(groups: dict[str, list[Agreement]]) -> list[str]:
+    """Near ties: per group, the layouts ranked ahead of the published one within 1% and 2% of its predicted
+    throughput, and the runs out of the top 10 that only layouts within 1% keep out."""
+    lines = [
+        f"| runs | runs | out of top {TOP} | median ahead within 1% | median ahead within 2% "
+        "| out only by layouts within 1% |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, rows in groups.items():
+        out = [a for a in rows if a.rank > TOP]
+        near = sum(not a.beyond and a.rank - a.ahead_within(0.01) <= TOP for a in out)
+        lines.append(
+            f"| {key} | {len(rows)} | {len(out)} | {statistics.median_low([a.ahead_within(0.01) for a in rows])} "
+            f"| {statistics.median_low([a.ahead_within(0.02) for a in rows])} | {near} |"
+        )
+    return lines
+
+
 def measured_mfu(record: RunRecord) -> float:
     """The run's measured MFU, by optlayout's one definition."""
     gpu = gpu_preset(record.cluster.gpu)
@@ -191,6 +209,12 @@ def main() -> int:
         *_table("framework", dict(sorted(by_stack.items()))),
         "",
         *_table("GPU, precision", dict(sorted(by_gpu.items()))),
+        "",
+        "Near ties: layouts ranked ahead of the published one within 1% and 2% of its predicted throughput (all of "
+        f"them where the rank is at most {MAX_RANK}, those the walk evaluated beyond); 'out only by layouts within "
+        f"1%': runs out of the top {TOP} that would be in it were those layouts counted as ties.",
+        "",
+        *_crowding({"all NVIDIA recipe runs": rows, **dict(sorted(by_source.items())), **dict(sorted(by_gpu.items()))}),
         "",
         "Predicted MFU of the picks against the best measured MFU (a pick more than 5 points above it is a claim "
         "no run supports):",

@@ -57,6 +57,22 @@ def test_a_capped_walk_says_beyond_and_keeps_the_pick() -> None:
     assert recipe_agreement(record, DEFAULT_PARAMS, max_rank=exact.rank).rank == exact.rank  # not beyond
 
 
+@pytest.mark.parametrize("record", RUNS, ids=[r.id for r in RUNS])
+def test_the_layouts_ahead_are_the_oracles(record) -> None:
+    """The gains of the layouts ranked ahead of the published one are those of the exhaustive oracle's ranking above
+    its rank, best first; the near ties count the ones within a gain (here 1% and 2%, counted from that ranking)."""
+    ranking = GroupRanking.of(rank_problem(ranking_problem(record, DEFAULT_PARAMS)))
+    published = predict_run(record, DEFAULT_PARAMS).prediction.tokens_per_s_per_gpu
+    agreement = recipe_agreement(record, DEFAULT_PARAMS)
+    expected = [tps / published - 1 for tps in ranking.descending_tps[: agreement.rank - 1]]
+    assert len(agreement.ahead_gains) == agreement.rank - 1
+    assert list(agreement.ahead_gains) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    for within in (0.01, 0.02):
+        assert agreement.ahead_within(within) == sum(g <= within for g in expected)
+    if agreement.rank > 1:
+        assert agreement.ahead_gains[0] == pytest.approx(agreement.claimed_gain, rel=1e-12)
+
+
 @pytest.mark.parametrize("record", RUNS[:6], ids=[r.id for r in RUNS[:6]])
 def test_the_bounded_ranking_keeps_what_the_exhaustive_one_says_at_or_above_its_floor(record) -> None:
     problem = ranking_problem(record, DEFAULT_PARAMS)

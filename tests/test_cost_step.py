@@ -171,19 +171,43 @@ def test_ring_attention_exposes_each_step_that_its_exchange_outlasts() -> None:
     assert st.cp_exposed_s == pytest.approx(7.5e-3)
 
 
-def test_ring_attention_merges_each_steps_output_in_fp32() -> None:
-    """Llama 3.1 8B at 8K on cp 2: each of the 2 steps merges its partial output (4,096 tokens x 4,096 query
-    width) into the fp32 output, 10 B an element (Transformer Engine's out correction): 2 x 4,096 x 4,096 x 10 B =
-    335.5 MB at 0.8 x 3.35 TB/s = 0.125 ms more elementwise time than half the sequence without CP."""
+def test_ring_attention_merges_each_steps_output_and_sums_each_steps_gradients() -> None:
+    """Llama 3.1 8B at 8K on cp 2: forward, each of the 2 steps merges its partial output (4,096 tokens x 4,096
+    query width) into the output, 10 B an element (Transformer Engine's out correction): 2 x 4,096 x 4,096 x 10 B =
+    335.5 MB at 0.8 x 3.35 TB/s = 0.125 ms. Backward, no correction: each step's dq is summed into dq (6 B an
+    element) and its dk, dv (2 x 1,024 key/value width) packed (4 B) and summed into those received (6 B):
+    2 x 4,096 x (4,096 x 6 + 2,048 x 10) B = 369.1 MB = 0.138 ms, not twice the forward's 0.125 ms. The other
+    elementwise work is that of half the sequence without CP."""
     model = model_preset("llama3.1-8b")
     job = JobSpec(seq_len=8192, global_batch=8)
     topo = topology_from_cluster(parse_cluster_shorthand("gpu=h100-sxm,gpus=8"))
     ring = Layout(cp=2, dp=4)
-    with_cp = layer_times(model, job, ring, H100, group_links(topo, ring), DEFAULT_PARAMS).elementwise_fwd_s
+    with_cp = layer_times(model, job, ring, H100, group_links(topo, ring), DEFAULT_PARAMS)
     half = JobSpec(seq_len=4096, global_batch=8)
     plain = Layout(dp=8)
-    without = layer_times(model, half, plain, H100, group_links(topo, plain), DEFAULT_PARAMS).elementwise_fwd_s
-    assert with_cp - without == pytest.approx(2 * 4096 * 4096 * 10 / (0.8 * 3.35e12), rel=1e-9)
+    without = layer_times(model, half, plain, H100, group_links(topo, plain), DEFAULT_PARAMS)
+    hbm = 0.8 * 3.35e12
+    assert with_cp.elementwise_fwd_s == pytest.approx(without.elementwise_fwd_s, rel=1e-12)
+    assert with_cp.cp_merge_fwd_s == pytest.approx(2 * 4096 * 4096 * 10 / hbm, rel=1e-9)
+    assert with_cp.cp_merge_bwd_s == pytest.approx(2 * 4096 * (4096 * 6 + 2048 * 10) / hbm, rel=1e-9)
+    assert without.cp_merge_fwd_s == without.cp_merge_bwd_s == 0.0
+
+
+def test_the_stage_runs_the_merge_forward_and_the_gradient_sums_backward_once() -> None:
+    """By hand, one layer of 1 ms elementwise work, a 0.5 ms output merge and 0.3 ms of gradient sums: forward
+    1.5 ms; backward 2 x 1 ms (the elementwise backward) + 0.3 ms; full recomputation adds the 1.5 ms forward."""
+    from optlayout.cost.step import LayerTimes, stage_times
+    from optlayout.specs import Recompute
+
+    lt = LayerTimes(gemm_fwd_s=0.0, attention_fwd_s=0.0, attention_bwd_s=0.0, elementwise_fwd_s=1e-3,
+                    tp_comm_fwd_s=0.0, cp_comm_fwd_s=0.0, cp_merge_fwd_s=0.5e-3, cp_merge_bwd_s=0.3e-3)  # fmt: skip
+    model = model_preset("llama3.1-8b")
+    job = JobSpec(seq_len=8192, global_batch=8)
+    st = stage_times(model, job, Layout(cp=2, dp=4), H100, DEFAULT_PARAMS, ((lt, 1),), False)
+    assert (st.compute_fwd_s, st.compute_bwd_s) == pytest.approx((1.5e-3, 2.3e-3), rel=1e-12)
+    full = stage_times(model, job, Layout(cp=2, dp=4, recompute=Recompute.full), H100, DEFAULT_PARAMS, ((lt, 1),),
+                       False)  # fmt: skip
+    assert full.compute_bwd_s == pytest.approx(3.8e-3, rel=1e-12)
 
 
 # --- NCCL latency of data-parallel collectives -----------------------------------------------------------------

@@ -82,6 +82,24 @@ class CostParams(BaseModel):
         "output (4 B). Source: Transformer Engine context_parallel.py flash_attn_fwd_out_correction, run once per "
         "step.",
     )
+    cp_grad_accumulation_bytes_per_element: float = Field(
+        6.0,
+        ge=0,
+        description="HBM bytes per gradient element and ring-attention step of the backward, which has no output "
+        "correction but sums each step's gradients: dq_ into dq, the step's dk, dv into the received dk, dv (read "
+        "both, write the sum, bf16). Source: Transformer Engine v1.11 transformer_engine/pytorch/attention.py, "
+        "AttnFuncWithCPAndKVP2P.backward: dq = torch.empty_like(q) line 2300, dq.add_(dq_) lines 2736-2769, "
+        "dkv.add_(dkv_) lines 2818-2862 (v2.4 dot_product_attention/context_parallel.py: lines 1565, 2167-2290).",
+    )
+    cp_kv_grad_concat_bytes_per_element: float = Field(
+        4.0,
+        ge=0,
+        description="HBM bytes per key and value gradient element and ring-attention step to pack the fused "
+        "(cuDNN) attention's dk and dv into one buffer before the sum (read and write, bf16). Source: Transformer "
+        "Engine v1.11 transformer_engine/pytorch/attention.py line 2799, dkv_ = torch.cat((dk_, dv_)) on the fused "
+        "attention path, which Transformer Engine prefers on Hopper and newer (v2.4 context_parallel.py keeps the "
+        "cat for the thd format only; bshd/sbhd use combine_tensors, a view when dk and dv are adjacent).",
+    )
     gemm_tile: int = Field(
         128,
         ge=1,

@@ -120,9 +120,11 @@ class LayerTimes:
     ep_comm_fwd_s: float = 0.0  # MoE token exchange (all-to-all, expert-TP gathers), forward
     ep_comm_bwd_s: float = 0.0
     modules: tuple[ModuleTimes, ...] = ()  # what each module selective recomputation can re-run costs
+    cp_merge_fwd_s: float = 0.0  # ring attention (CP): the forward's per-step output correction
+    cp_merge_bwd_s: float = 0.0  # and the backward's per-step gradient sums
 
     def forward_compute_s(self) -> float:
-        return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s
+        return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s + self.cp_merge_fwd_s
 
     def recomputed(self, modules: frozenset[RecomputeModule]) -> tuple[float, float, float]:
         """(compute, TP collective, MoE token exchange) seconds of the forward that selective recomputation of
@@ -170,7 +172,8 @@ def layer_times(
     act = ModuleTimes(RecomputeModule.moe_act, routed.activation_s)
     return LayerTimes(base.gemm_fwd_s + routed.gemm_s, base.attention_fwd_s, base.attention_bwd_s,
                       base.elementwise_fwd_s + routed.elementwise_s, base.tp_comm_fwd_s, base.cp_comm_fwd_s,
-                      routed.comm_fwd_s, routed.comm_bwd_s, (*base.modules, block, act))  # fmt: skip
+                      routed.comm_fwd_s, routed.comm_bwd_s, (*base.modules, block, act), base.cp_merge_fwd_s,
+                      base.cp_merge_bwd_s)  # fmt: skip
 
 
 def _layer_base(
@@ -227,8 +230,15 @@ def _layer_base(
         + tokens * ffn_width * params.elementwise_bytes_per_token_ffn
         + tokens * attention_norm_elementwise_bytes(model, layout.tp)
     )
-    if layout.cp > 1:  # ring attention merges each step's partial output into the fp32 output (TE out correction)
-        elementwise_bytes += layout.cp * tokens * value * params.cp_correction_bytes_per_element
+    # ring attention (CP): the forward merges each step's partial output into the output (TE's out correction),
+    # the backward sums each step's dq, and its dk, dv (packed first) into those received; per step, over the rank's
+    # tokens
+    merge_fwd = merge_bwd = 0.0
+    if layout.cp > 1:
+        merge_fwd = layout.cp * tokens * value * params.cp_correction_bytes_per_element / hbm
+        kv_grad_bytes = params.cp_grad_accumulation_bytes_per_element + params.cp_kv_grad_concat_bytes_per_element
+        merge_bwd = layout.cp * tokens * (score * params.cp_grad_accumulation_bytes_per_element
+                                          + 2 * kv_rank * kv_grad_bytes) / hbm  # fmt: skip
     if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
         elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * sum(k for _, k in shapes)
     shared_block = kind.moe and ffn_width > 0  # the shared experts launch their own 3 kernels
@@ -258,7 +268,8 @@ def _layer_base(
         q_up = 1 if model.attention.q_lora_rank else 0  # the query's up projection (none without a query LoRA)
         up_s = shape_s[q_up] * q_up + shape_s[q_up + 2] + 2 * ACT_BYTES * tokens * 2 * score / hbm
         modules.append(ModuleTimes(RecomputeModule.mla_up_proj, up_s + (1 + q_up) * params.kernel_overhead_s))
-    return LayerTimes(gemms, attention, attention_bwd, elementwise, tp_comm, cp_comm, modules=tuple(modules))
+    return LayerTimes(gemms, attention, attention_bwd, elementwise, tp_comm, cp_comm, modules=tuple(modules),
+                      cp_merge_fwd_s=merge_fwd, cp_merge_bwd_s=merge_bwd)  # fmt: skip
 
 
 @fast_init
@@ -309,7 +320,7 @@ def stage_times(
     for lt, count, rerun_count in layers:
         fwd = lt.gemm_fwd_s + lt.attention_fwd_s + lt.elementwise_fwd_s  # `forward_compute_s`
         bwd = 2 * lt.gemm_fwd_s + lt.attention_bwd_s
-        bwd += elementwise_ratio * lt.elementwise_fwd_s
+        bwd += elementwise_ratio * lt.elementwise_fwd_s + lt.cp_merge_bwd_s
         ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
         if selective is not None:  # the modules' forwards again, their collectives and exchange
             compute_again_s, tp_again_s, ep_again_s = lt.recomputed(selective)

@@ -46,6 +46,9 @@ class Agreement:
     best: Candidate | None  # the solver's pick; None when no layout of the space fits
     max_rank: int | None = None  # the walk stopped once this many layouts beat the published one
     twin_ahead: Layout | None = None  # the published layout's twin ranked in its stead (the twin rule)
+    # each layout ranked ahead of the published one, best first: its predicted throughput over the published
+    # layout's, minus 1 (every one when not `beyond`; beyond, those the walk evaluated)
+    ahead_gains: tuple[float, ...] = ()
 
     @property
     def beyond(self) -> bool:
@@ -58,6 +61,10 @@ class Agreement:
         if self.best is None:
             return None
         return self.best.evaluation.tokens_per_s_per_gpu / self.published.prediction.tokens_per_s_per_gpu - 1
+
+    def ahead_within(self, gain: float) -> int:
+        """How many layouts rank ahead of the published one by at most `gain` (0.01: within 1%): near ties."""
+        return sum(g <= gain for g in self.ahead_gains)
 
 
 class RankSpace:
@@ -152,8 +159,13 @@ def recipe_agreement(
     twin_ahead = twin_in_stead(published.layout, target, ranked_twin(ranking, published.layout))
     if max_rank is not None and len(ahead) >= max_rank:
         rank = max_rank + 1
+        before = [c for c in ranking if c.cluster_tokens_per_s > target]
     elif mine in identities:
         rank = identities.index(mine) + 1
+        before = ranking[: rank - 1]
     else:  # outside the space, over memory or a twin ranks ahead: by its throughput
-        rank = 1 + sum(c.cluster_tokens_per_s > target for c in ranking)
-    return Agreement(published, rank, space.legal_layouts, ranking[0], max_rank, twin_ahead)
+        before = [c for c in ranking if c.cluster_tokens_per_s > target]
+        rank = 1 + len(before)
+    tps = published.prediction.tokens_per_s_per_gpu
+    gains = tuple(c.evaluation.tokens_per_s_per_gpu / tps - 1 for c in before)
+    return Agreement(published, rank, space.legal_layouts, ranking[0], max_rank, twin_ahead, gains)
