@@ -83,3 +83,17 @@ def test_fp8_sequence_parallel_divides_the_saved_shards(t: int) -> None:
 def test_fp8_full_recompute_keeps_the_16_bit_layer_input() -> None:
     layout = Layout(recompute="full")
     assert activation_bytes_per_layer(LLAMA70, fp8("mxfp8"), layout) == 2 * S * H
+
+
+def test_torchtitan_plan_says_torchao_saves_16_bit_inputs() -> None:
+    # the plan counts 1-byte FP8 inputs; torchao's Float8Linear keeps the 16-bit ones: the emitted notes say so
+    from optlayout.emit.torchtitan import torchtitan_notes
+    from optlayout.presets import model_preset
+
+    llama8 = model_preset("llama3.1-8b")
+    layout = parse_layout("tp=1,dp=8,mb=1,ga=1,sharding=fsdp")
+    warned = "save their 16-bit inputs for backward"
+    mx = JobSpec(seq_len=S, global_batch=8, precision="fp8", fp8_recipe="mxfp8")
+    assert any(warned in n and "1.03125-byte" in n for n in torchtitan_notes(llama8, mx, layout))
+    rowwise = JobSpec(seq_len=S, global_batch=8, precision="fp8", fp8_recipe="rowwise")
+    assert not any(warned in n for n in torchtitan_notes(llama8, rowwise, layout))
