@@ -6,7 +6,8 @@ keeps K and V repeated to every query head, as its matmuls save them), SwiGLU an
 squared-ReLU MLPs, IO-aware attention (no s^2 terms), dropout on or off, and context parallelism (the
 sequence split over `cp`). With dropout, naive attention, MHA and a 4h GeLU MLP it reduces to the paper's
 sbh(34 + 5as/h) per layer; with TP it becomes sbh(10 + 24/t + 5as/(ht)); with TP and sequence
-parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attention term.
+parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attention term. FP8 jobs keep their
+linear layers' inputs quantized (`gemm_input_bytes`: the norms' outputs, the output projection's and FC2's inputs).
 """
 
 from __future__ import annotations
