@@ -97,3 +97,13 @@ def test_torchtitan_plan_says_torchao_saves_16_bit_inputs() -> None:
     assert any(warned in n and "1.03125-byte" in n for n in torchtitan_notes(llama8, mx, layout))
     rowwise = JobSpec(seq_len=S, global_batch=8, precision="fp8", fp8_recipe="rowwise")
     assert not any(warned in n for n in torchtitan_notes(llama8, rowwise, layout))
+
+
+@pytest.mark.parametrize(("mlp", "bf16", "mx"), [("swiglu", 6.0, 4 + 33 / 32), ("gelu", 4.0, 2 + 33 / 32)])
+def test_mlp_saved_bytes_per_width(mlp: str, bf16: float, mx: float) -> None:
+    # SwiGLU: gate and up (16-bit) + the product (FC2's input); GeLU: its input (16-bit) + its output (FC2's input)
+    from optlayout.cost.moe import mlp_saved_bytes_per_width
+
+    model = LLAMA70.model_copy(update={"mlp": mlp})
+    assert mlp_saved_bytes_per_width(model, BF16) == bf16
+    assert mlp_saved_bytes_per_width(model, fp8("mxfp8")) == mx
