@@ -52,11 +52,12 @@ def recipe_needs_fp8(recipe: str | None, info: ValidationInfo) -> str | None:
 
 
 def fp8_pricing_note(recipe: str | None) -> str | None:
-    """What a user must know of a recipe other than the priced one: the cost model does not tell them apart
-    (benchmarks/RESULTS.md, FP8 recipes)."""
+    """What a user must know of a recipe other than the priced one: the step time does not tell them apart
+    (benchmarks/RESULTS.md, FP8 recipes); the memory does, by the saved inputs' bytes."""
     if recipe is None or recipe == PRICED_FP8_RECIPE:
         return None
-    return f"fp8_recipe {recipe}: the cost model prices all FP8 recipes alike (as {PRICED_FP8_RECIPE}), see RESULTS"
+    return (f"fp8_recipe {recipe}: the step time prices all FP8 recipes alike (as {PRICED_FP8_RECIPE}); the memory "
+            "counts the recipe's saved FP8 inputs, see RESULTS")  # fmt: skip
 
 
 class _Spec(BaseModel):
@@ -459,7 +460,8 @@ class JobSpec(_Spec):
     fp8_recipe: Fp8Recipe | None = Field(
         None,
         description="FP8 scaling, precision fp8 only: tensorwise | rowwise | blockwise | mxfp8 (Fp8Recipe); None: "
-        "not stated (the launcher's default). Recorded and emitted; the cost model prices every recipe alike",
+        "not stated (the launcher's default). Recorded and emitted; the step time prices every recipe alike, the "
+        "memory counts its scales on the saved FP8 inputs (`cost.attention.gemm_input_bytes`)",
     )
     fp8_param_gather: bool = Field(
         False,

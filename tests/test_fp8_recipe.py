@@ -1,5 +1,6 @@
 """The FP8 recipe (`job.fp8_recipe`): validated, read from run records and Megatron logs, stated on the CLI, shown
-with the note that the cost model prices every recipe alike, and emitted (tests/test_emit.py, test_launchers.py)."""
+with the note that the step time prices every recipe alike (the memory counts its saved inputs' scales), and emitted
+(tests/test_emit.py, test_launchers.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from optlayout.runs.records import RunRecord, read_runs
 from optlayout.specs import FP8_RECIPES, PRICED_FP8_RECIPE, JobSpec
 from tests.conftest import FIXTURES, run_main
 
-NOT_PRICED = "the cost model prices all FP8 recipes alike (as tensorwise), see RESULTS"
+NOT_PRICED = (
+    "the step time prices all FP8 recipes alike (as tensorwise); the memory counts the recipe's saved FP8 inputs, "
+    "see RESULTS"
+)
 
 
 def _record(job: dict[str, object]) -> dict[str, object]:
@@ -76,7 +80,10 @@ def test_cli_states_the_recipe_and_prices_every_one_alike(capsys, monkeypatch) -
             [] if priced else [f"fp8_recipe {recipe}: {NOT_PRICED}"]
         )
         seen[recipe] = doc["prediction"]
-    assert all(p == seen[None] for p in seen.values())
+    # the step time alike; the memory by the saved inputs' bytes (tensorwise = not stated; rowwise saves 16-bit)
+    assert all(p["step_time_s"] == seen[None]["step_time_s"] for p in seen.values())
+    mem = {r: p["memory_per_gpu_bytes"] for r, p in seen.items()}
+    assert mem["tensorwise"] == mem[None] < mem["mxfp8"] == mem["blockwise"] < mem["rowwise"]
     code, out, _ = run_main(capsys, monkeypatch, *ESTIMATE, "--precision", "fp8", "--fp8-recipe", "rowwise")
     assert code == 0 and f"note: fp8_recipe rowwise: {NOT_PRICED}" in " ".join(out.split())
     code, out, _ = run_main(capsys, monkeypatch, *ESTIMATE, "--json")

@@ -16,10 +16,30 @@ from dataclasses import dataclass
 from optlayout.cost.flops import sliding_window_context
 from optlayout.frozen import fast_init
 from optlayout.model.layers import DENSE_LAYER, LayerKind
-from optlayout.specs import ModelSpec
+from optlayout.specs import JobSpec, ModelSpec
 
 ACT_BYTES = 2  # 16-bit activations
 __all__ = ["DENSE_LAYER", "LayerKind"]
+
+# Scale bytes per element of an FP8 tensor Transformer Engine keeps, by recipe (None: the launchers' default,
+# per-tensor): one fp32 scale per tensor (delayed or current scaling), an fp32 scale per 1x128 block (blockwise:
+# tensor/float8_blockwise_tensor.py @v2.12 get_scale_shape, lines 121-165, and the float32 scale_inv, 226-243), an
+# E8M0 byte per 32 elements (MXFP8: tensor/mxfp8_tensor.py @v2.12 lines 124-145, row- or column-wise alike).
+FP8_SCALE_BYTES_PER_ELEMENT: dict[str | None, float] = {None: 0.0, "tensorwise": 0.0, "blockwise": 4 / 128,
+                                                        "mxfp8": 1 / 32}  # fmt: skip
+
+
+def gemm_input_bytes(job: JobSpec) -> float:
+    """Bytes per element of a linear layer's input kept for its weight-gradient GEMM. 16-bit, or in an FP8 job
+    Transformer Engine's quantized copy: Linear and LayerNormLinear save their FP8 input, one direction only (the
+    column-wise copy the weight-gradient GEMM reads; per-tensor FP8 under sequence parallelism keeps the row-wise
+    one and re-gathers it), the local shard under sequence parallelism (module/linear.py @v2.12 lines 228-237 and
+    383-404, layernorm_linear.py @v2.12 lines 200-206 and 417-427; GroupedLinear alike): 1 byte plus the recipe's
+    scales. torchao's rowwise recipe (torchtitan; Transformer Engine has none) saves the high-precision input and
+    re-casts it (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args: save_for_backward(input_hp, ...))."""
+    if job.precision != "fp8" or job.fp8_recipe == "rowwise":
+        return float(ACT_BYTES)
+    return 1.0 + FP8_SCALE_BYTES_PER_ELEMENT[job.fp8_recipe]
 
 
 def mtp_kind(model: ModelSpec) -> LayerKind:
@@ -120,19 +140,29 @@ def attention_activation_bytes(
     selective: bool,
     dropout: bool,
     up_proj: bool = False,
+    gemm_input: float = ACT_BYTES,
 ) -> AttentionActivations:
     """Attention's saved tensors (Korthikanti et al. 2022 generalized to GQA; MLA's up-projection outputs and
     latents; the inputs of Qwen3's query/key norms); `selective` drops the core's internals (recomputed from Q, K,
     V); `up_proj` (MLA, Megatron's `mla_up_proj`) drops the up projections' Q, K, V (recomputed from the latents
-    before the core's backward)."""
+    before the core's backward). `gemm_input`: bytes per element of a linear layer's saved input
+    (`gemm_input_bytes`): the output projection's, and MLA's up projections' (the normed latents).
+
+    The output projection's input is the core's output O. In 16 bits the projection saves O itself, which the
+    IO-aware core also keeps for its backward: one tensor. In FP8 the projection saves its own quantized copy, and
+    O stays 16-bit with the core (Transformer Engine's fused attention saves (q, k, v, out), attention/
+    dot_product_attention/backends.py @v2.12 lines 1360 and 1382-1391, with FP8 attention off, as in Megatron-
+    Bridge's FP8 configs) unless the core is recomputed or naive (its matmuls keep their inputs, not O)."""
     drop = 1 if dropout else 0
+    o_kept = ACT_BYTES if gemm_input != ACT_BYTES and not naive and not selective else 0.0
     if model.attention.kind == "mla":
         att, n = model.attention, model.heads
         qk, v = n * model.head_size, model.value_width
         qkv = 0.0 if up_proj else ACT_BYTES * tokens * (2 * qk + v)  # Q, K (rotary key broadcast to the heads), V
-        proj_in = ACT_BYTES * tokens * v
+        proj_in = (gemm_input + o_kept) * tokens * v
         q_rank, kv_rank, rope = att.q_lora_rank or 0, att.kv_lora_rank or 0, att.qk_rope_head_dim or 0
-        latents = ACT_BYTES * tokens * (2 * q_rank + (kv_rank + rope) + kv_rank)  # down outputs and normed latents
+        # the down projections' outputs (their norms' inputs) and the normed latents (the up projections' inputs)
+        latents = tokens * (ACT_BYTES * (q_rank + kv_rank + rope) + gemm_input * (q_rank + kv_rank))
     else:
         dq = model.q_width
         kv_kept = kv_width_per_rank(model, tp) * tp  # kv heads fewer than tp are replicated, one per rank
@@ -144,7 +174,7 @@ def attention_activation_bytes(
         qkv = ACT_BYTES * tokens * (dq + 2 * kv_kept)
         if model.attention.qk_norm:
             qkv += ACT_BYTES * tokens * (dq + kv_kept)  # the query and key norms keep their inputs too
-        proj_in = ACT_BYTES * tokens * dq
+        proj_in = (gemm_input + o_kept) * tokens * dq
         latents = 0.0
     # naive: the softmax output (2 B), and with dropout its mask (1 B) and output (2 B), per score; IO-aware:
     # an fp32 log-sum-exp per query and head

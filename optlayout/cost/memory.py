@@ -6,7 +6,8 @@ keeps K and V repeated to every query head, as its matmuls save them), SwiGLU an
 squared-ReLU MLPs, IO-aware attention (no s^2 terms), dropout on or off, and context parallelism (the
 sequence split over `cp`). With dropout, naive attention, MHA and a 4h GeLU MLP it reduces to the paper's
 sbh(34 + 5as/h) per layer; with TP it becomes sbh(10 + 24/t + 5as/(ht)); with TP and sequence
-parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attention term.
+parallelism sbh(34 + 5as/h)/t; selective recomputation drops the 5as^2b attention term. FP8 jobs keep their
+linear layers' inputs quantized (`gemm_input_bytes`: the norms' outputs, the output projection's and FC2's inputs).
 """
 
 from __future__ import annotations
@@ -21,10 +22,16 @@ from optlayout.cost.attention import (
     DENSE_LAYER,
     LayerKind,
     attention_activation_bytes,
+    gemm_input_bytes,
     kv_width_per_rank,
     mtp_kind,
 )
-from optlayout.cost.moe import MLP_SAVED_VALUES, dense_moe_params_per_rank, expert_params_per_gpu, moe_activation_bytes
+from optlayout.cost.moe import (
+    dense_moe_params_per_rank,
+    expert_params_per_gpu,
+    mlp_saved_bytes_per_width,
+    moe_activation_bytes,
+)
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
@@ -190,19 +197,27 @@ def activation_bytes_per_layer(
         return ACT_BYTES * tokens * h / (t if layout.sequence_parallel else 1)
     modules = layout.selective_modules
     # Kept whole on every TP rank unless sequence parallel: 2 norm inputs, QKV and MLP inputs (the norms' outputs,
-    # which `layernorm` recomputation drops), dropout masks.
-    norm_outputs = 0 if RecomputeModule.layernorm in modules else 2
-    replicated = ACT_BYTES * tokens * h * (2 + norm_outputs) + tokens * h * 2 * dropout
+    # which `layernorm` recomputation drops; in FP8 Megatron then saves the linear's 16-bit input instead of its
+    # FP8 copy and recomputes it, set_save_original_input, megatron/core/transformer/transformer_layer.py), dropout
+    # masks. The norms' outputs are their linear layers' inputs, saved at `gemm_input_bytes` (FP8 jobs: quantized,
+    # by Transformer Engine's LayerNormLinear), but for MLA's (its two down projections each save their own copy)
+    # and an MoE layer's (its router, a 16-bit linear, saves it).
+    gemm_input = gemm_input_bytes(job)
+    norm_outputs = 0.0
+    if RecomputeModule.layernorm not in modules:
+        norm_outputs = (ACT_BYTES if model.attention.kind == "mla" else gemm_input) + (
+            ACT_BYTES if kind.moe else gemm_input)  # fmt: skip
+    replicated = tokens * h * (2 * ACT_BYTES + norm_outputs) + tokens * h * 2 * dropout
     # Split over TP: Q, K, V; attention internals; output-projection input; MLP internals.
     naive, selective = job.attention_kernel == "naive", RecomputeModule.core_attn in modules
     attention = attention_activation_bytes(model, tokens, s, t, naive, selective, job.dropout,
-                                           RecomputeModule.mla_up_proj in modules)  # fmt: skip
+                                           RecomputeModule.mla_up_proj in modules, gemm_input)  # fmt: skip
     if kind.moe:
         ffn, per_gpu = moe_activation_bytes(model, job, layout, params or DEFAULT_PARAMS)
     elif RecomputeModule.mlp in modules:  # the dense MLP re-run from its input: none of its internals kept
         ffn, per_gpu = 0.0, 0.0
     else:
-        ffn, per_gpu = ACT_BYTES * tokens * f * MLP_SAVED_VALUES[model.mlp], 0.0  # SwiGLU: gate, up, product
+        ffn, per_gpu = tokens * f * mlp_saved_bytes_per_width(model, job), 0.0  # SwiGLU: gate, up, product
     split = attention.split + ffn
     return (replicated / (t if layout.sequence_parallel else 1)) + split / t + attention.unsplit + per_gpu
 

@@ -24,13 +24,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from optlayout.cost import comm
-from optlayout.cost.attention import ACT_BYTES
+from optlayout.cost.attention import ACT_BYTES, gemm_input_bytes
 from optlayout.cost.params import CostParams
 from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
 from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, Recompute
 
 MLP_SAVED_VALUES = {"swiglu": 3, "gelu": 2, "relu2": 2}  # FFN internals kept per unit of width (fused SwiGLU: 3)
+
+
+def mlp_saved_bytes_per_width(model: ModelSpec, job: JobSpec) -> float:
+    """Bytes a (dense or shared-expert) MLP keeps per token and unit of its width: the activation's inputs at 16
+    bits (SwiGLU: gate and up, FC1's output; GeLU and squared ReLU: one) and FC2's input, the activation's
+    output, at `gemm_input_bytes` (FP8 jobs save it quantized; the activation function keeps its input only)."""
+    return ACT_BYTES * (MLP_SAVED_VALUES[model.mlp] - 1) + gemm_input_bytes(job)
 
 
 def imbalance(job: JobSpec, params: CostParams) -> float:
@@ -206,14 +213,14 @@ def moe_activation_bytes(model: ModelSpec, job: JobSpec, layout: Layout, params:
     modules = layout.selective_modules
     if RecomputeModule.moe in modules:
         return 0.0, 0.0
-    shared = ACT_BYTES * tokens * moe.shared_experts * moe.shared_width * values
+    shared = tokens * moe.shared_experts * moe.shared_width * mlp_saved_bytes_per_width(model, job)
     if RecomputeModule.shared_experts in modules:
         shared = 0.0
     router = t_loc * experts * (ACT_BYTES + 8)  # probabilities (16-bit) and the int64 routing map
     width = moe.expert_ffn / layout.etp
     # the grouped GEMMs' inputs (permuted tokens, activation output) are kept in FP8 by FP8 jobs (Megatron MoE
     # README "FP8 Training": FP8 storage of linear inputs, "50% activation reduction"); fc1's output in 16 bits
-    gemm_input = 1.0 if job.precision == "fp8" else float(ACT_BYTES)
+    gemm_input = gemm_input_bytes(job)
     act_out = 0.0 if RecomputeModule.moe_act in modules else gemm_input * width  # the activation's output
     routed = rows * (gemm_input * h + act_out + ACT_BYTES * width * (values - 1))
     combine = ACT_BYTES * t_loc * k * h

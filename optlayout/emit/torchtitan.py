@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from optlayout.cost.attention import ACT_BYTES, gemm_input_bytes
 from optlayout.emit._checks import (
     dp_split,
     expert_fsdp_degree,
@@ -393,6 +394,10 @@ def torchtitan_notes(
         converter = fp8_converter(job, layout, version)[0]
         notes.append(f"fp8: torchao's {job.fp8_recipe} recipe ({converter}); the plan prices FP8 casts alike for "
                      "every recipe")  # fmt: skip
+    if job.precision == "fp8" and gemm_input_bytes(job) < ACT_BYTES:
+        notes.append(f"fp8: torchao's linear layers save their 16-bit inputs for backward, where the plan counts "
+                     f"Transformer Engine's {gemm_input_bytes(job):g}-byte FP8 copies: more activation memory than "
+                     "planned")  # fmt: skip
     if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
         notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")
     return notes

@@ -593,8 +593,8 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
 def pairwise_order(preds: list[RunPrediction]) -> tuple[float | None, int]:
     """Fraction of run pairs within a group (same model, cluster, job; different layout) whose measured
     order the prediction reproduces; pairs with equal measured throughput are skipped, and so are pairs whose FP8
-    recipes differ (the recipe is part of the job, but the cost model prices every recipe alike, so the group key
-    that shares a ranking across runs leaves it out)."""
+    recipes differ (the recipe is part of the job, but the step time prices every recipe alike, so the group key
+    that shares a ranking across runs leaves it out; the memory differs by the saved FP8 inputs' scale bytes)."""
     groups: dict[tuple[object, ...], list[RunPrediction]] = defaultdict(list)
     for p in preds:
         groups[p.record.group_key].append(p)
