@@ -179,3 +179,13 @@ def test_state_bytes_shard_as_the_sharding_says() -> None:
     bf16 = JobSpec(seq_len=8, main_params_dtype="bf16", exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     assert state_bytes_per_gpu(1e9, bf16, Sharding.zero1, 4) == (2e9, 2e9, 6e9 / 4)
     assert state_bytes_per_gpu(1e9, bf16, Sharding.none, 4) == (2e9, 2e9, 6e9)
+
+
+def test_runs_differing_in_fp8_recipe_or_state_are_ranked_apart(records) -> None:
+    """The job as predicted keys a ranking group: a GB300 70B MXFP8 run and the same run in per-tensor FP8 (FP8
+    weight gathers of 2 and 1 bytes) are not ranked in one space, nor one with bf16 moments."""
+    mx = records["mb-26.04-pretrain-gb300-llama370b-mxfp8-64g-main"]
+    cs = mx.model_copy(update={"job": mx.job.model_copy(update={"fp8_recipe": "tensorwise"})})
+    assert cs.group_key[:5] == mx.group_key[:5] and cs.group_key != mx.group_key
+    bf16_state = cs.model_copy(update={"job": cs.job.model_copy(update={"exp_avg_dtype": "bf16"})})
+    assert bf16_state.group_key != cs.group_key

@@ -590,9 +590,12 @@ class RunRecord(BaseModel):
 
     @property
     def group_key(self) -> tuple[object, ...]:
-        """Runs sharing model, cluster and job, differing only in layout, are ranked against each other."""
+        """Runs sharing model, cluster and job, differing only in layout, are ranked against each other (the job
+        as predicted: its FP8 recipe, FP8 primary weights and optimizer state too)."""
+        state = tuple(sorted(self.optimizer_state()[0].items()))
         return (self.model.name, self.cluster.gpu, self.cluster.gpus, self.job.seq_len, self.job.global_batch,
-                self.job.precision, self.attention_kernel()[0], self.dropout()[0])  # fmt: skip
+                self.job.precision, self.job.fp8_recipe, self.fp8_param_gather()[0], state,
+                self.attention_kernel()[0], self.dropout()[0])  # fmt: skip
 
 
 def _record(raw: Any, where: str) -> RunRecord:
