@@ -318,7 +318,7 @@ def stage_times(
     elementwise_ratio, tp_exposed = params.backward_elementwise_ratio, 1 - params.tp_comm_overlap
     cp_degree = layout.cp
     for lt, count, rerun_count in layers:
-        fwd = lt.gemm_fwd_s + lt.attention_fwd_s + lt.elementwise_fwd_s  # `forward_compute_s`
+        fwd = lt.gemm_fwd_s + lt.attention_fwd_s + lt.elementwise_fwd_s + lt.cp_merge_fwd_s  # `forward_compute_s`
         bwd = 2 * lt.gemm_fwd_s + lt.attention_bwd_s
         bwd += elementwise_ratio * lt.elementwise_fwd_s + lt.cp_merge_bwd_s
         ep_comm = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
