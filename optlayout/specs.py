@@ -51,6 +51,12 @@ def recipe_needs_fp8(recipe: str | None, info: ValidationInfo) -> str | None:
     return recipe
 
 
+def gather_needs_fp8(fp8_param_gather: bool | None, precision: str) -> None:
+    """FP8 primary weights go with precision fp8 only (a job's and a run record's check)."""
+    if fp8_param_gather and precision != "fp8":
+        raise ValueError(f"fp8_param_gather needs precision fp8 (precision is {precision})")
+
+
 def fp8_pricing_note(recipe: str | None) -> str | None:
     """What a user must know of a recipe other than the priced one: the step time does not tell them apart
     (benchmarks/RESULTS.md, FP8 recipes); the memory does, by the saved inputs' bytes."""
@@ -534,8 +540,7 @@ class JobSpec(_Spec):
 
     @model_validator(mode="after")
     def _check_batch(self) -> JobSpec:
-        if self.fp8_param_gather and self.precision != "fp8":
-            raise ValueError(f"fp8_param_gather needs precision fp8 (precision is {self.precision})")
+        gather_needs_fp8(self.fp8_param_gather, self.precision)
         if self.global_batch is not None and self.global_batch_tokens is not None:
             raise ValueError("give global_batch or global_batch_tokens, not both")
         if self.global_batch_tokens is not None and self.global_batch_tokens % self.seq_len:

@@ -141,13 +141,27 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, held: tuple[tuple
     return StageParams(dense + experts, experts)
 
 
+def _params_key(layout: Layout) -> tuple[object, ...]:
+    """What a stage's parameters depend on: tp, the stage split and the expert split."""
+    return (layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers, layout.ep,
+            layout.etp)  # fmt: skip
+
+
+def most_stage_params(model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any]) -> StageParams:
+    """The stage holding the most parameters (the step time's optimizer step and DP traffic), through `memo`."""
+    mkey = ("most_params", *_params_key(layout))
+    most: StageParams | None = memo.get(mkey)
+    if most is None:
+        most = memo[mkey] = max(stage_params_per_stage(model, layout, memo), key=lambda p: p.total)
+    return most
+
+
 def stage_params_per_stage(
     model: ModelSpec, layout: Layout, memo: dict[tuple[object, ...], Any] | None = None
 ) -> tuple[StageParams, ...]:
     """The parameters one GPU of each pipeline stage holds, reused through `memo` (owned by the caller for one
     model) by every layout of the same tp, stage split and expert split."""
-    pkey = ("params", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-            layout.ep, layout.etp)  # fmt: skip
+    pkey = ("params", *_params_key(layout))
     per_stage: tuple[StageParams, ...] | None = memo.get(pkey) if memo is not None else None
     if per_stage is None:
         held = rank_kinds(model.layer_kinds, layout)

@@ -36,6 +36,7 @@ from optlayout.specs import (
     Precision,
     StateDtype,
     fp8_pricing_note,
+    gather_needs_fp8,
     recipe_needs_fp8,
 )
 
@@ -80,8 +81,7 @@ class RunJob(BaseModel):
 
     @model_validator(mode="after")
     def _gather_needs_fp8(self) -> RunJob:
-        if self.fp8_param_gather and self.precision != "fp8":
-            raise ValueError(f"fp8_param_gather needs precision fp8 (precision is {self.precision})")
+        gather_needs_fp8(self.fp8_param_gather, self.precision)
         return self
 
 

@@ -34,11 +34,11 @@ from optlayout.cost import (
 )
 from optlayout.cost.comm import LinkSource
 from optlayout.cost.memory import (
-    StageParams,
     first_stage_state_bytes,
     memory_floor_bytes,
     memory_per_gpu,
     memory_total_bytes,
+    most_stage_params,
     stage_params_per_stage,
     stage_state_bytes,
 )
@@ -273,11 +273,7 @@ class CostTable:
     def times(self, layout: Layout) -> TimeBreakdown:
         """The step time of `layout` alone, the same `evaluate` finds (a bound needs no memory)."""
         started = time.perf_counter()
-        mkey = ("most_params", layout.tp, layout.pp, layout.vp, layout.first_stage_layers, layout.last_stage_layers,
-                layout.ep, layout.etp)  # fmt: skip
-        most = self._memo.get(mkey)  # the stage parameters' key (`stage_params_per_stage`)
-        if not isinstance(most, StageParams):
-            most = self._memo[mkey] = max(stage_params_per_stage(self.model, layout, self._memo), key=lambda p: p.total)
+        most = most_stage_params(self.model, layout, self._memo)
         times = step_time(self.model, self.job, layout, self.gpu, self.links(layout), self.params, most.total,
                           self._memo, most.experts)  # fmt: skip
         self.cost_s += time.perf_counter() - started
