@@ -243,3 +243,29 @@ def test_a_calibration_of_an_earlier_release_still_applies_its_fitted_attention_
     path.write_text(text + "default: {gemm_efficiency: 0.7, attention_efficiency: 0.95}\n")
     with pytest.raises(InputError, match=r"default\.attention_efficiency: 0\.95 is outside"):
         load_calibration(path)
+
+
+def test_tp_overlap_hides_collectives_only_with_sequence_parallelism() -> None:
+    """Megatron asserts --tp-comm-overlap needs --sequence-parallel (megatron/training/arguments.py): with SP the
+    calibrated share of the TP collectives hides (exposed: (1 - 0.6) x the forward's collectives, twice for
+    forward and backward, per layer); without SP, the same bytes (an all-reduce instead of all-gather plus
+    reduce-scatter) all block. And the Megatron emitters turn the overlap on exactly where it is priced."""
+    from optlayout.cost import evaluate
+    from optlayout.emit import bridge_overrides, megatron_args
+
+    model = model_preset("llama3.1-70b")
+    job = JobSpec(seq_len=8192, global_batch=16)
+    topo = topology_from_cluster(parse_cluster_shorthand("gpu=h100-sxm,gpus=8"))
+    params = DEFAULT_PARAMS.model_copy(update={"tp_comm_overlap": 0.6})
+    exposed = {}
+    for sp in (True, False):
+        layout = Layout(tp=8, dp=1, grad_accum=16, sequence_parallel=sp)
+        links = group_links(topo, layout)
+        per_layer = layer_times(model, job, layout, H100, links, params).tp_comm_fwd_s
+        times = evaluate(model, job, layout, H100, topo, params).times
+        exposed[sp] = times.tp_comm_s / (16 * model.layers * 2 * per_layer)
+        flags = megatron_args(model, job, layout)
+        assert ("--tp-comm-overlap" in flags) is sp
+        assert f"comm_overlap.tp_comm_overlap={'true' if sp else 'false'}" in bridge_overrides(model, job, layout)
+    assert exposed[True] == pytest.approx(0.4, rel=1e-9)
+    assert exposed[False] == pytest.approx(1.0, rel=1e-9)

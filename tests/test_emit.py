@@ -43,6 +43,7 @@ EXPECTED_70B = [
     "--num-layers-per-virtual-pipeline-stage", "4",
     "--context-parallel-size", "1",
     "--sequence-parallel",
+    "--tp-comm-overlap",
     "--use-distributed-optimizer",
     "--overlap-grad-reduce",
     "--overlap-param-gather",
@@ -281,7 +282,7 @@ def test_megatron_sharding_and_recompute_flags():
     assert fsdp[fsdp.index("--data-parallel-sharding-strategy") + 1] == "optim_grads_params"
     plain = _args("tp=8,dp=8,sharding=none")
     assert "--use-distributed-optimizer" not in plain and "--overlap-param-gather" not in plain
-    assert "--sequence-parallel" not in plain
+    assert "--sequence-parallel" not in plain and "--tp-comm-overlap" not in plain
     torch_fsdp = _args("tp=8,dp=8,sharding=zero2", fsdp_impl="torch")
     assert "--use-torch-fsdp2" in torch_fsdp and "--torch-fsdp2-no-reshard-after-forward" in torch_fsdp
     assert "--use-distributed-optimizer" not in torch_fsdp
@@ -508,7 +509,7 @@ def test_megatron_bridge_overrides_start_from_the_model_recipe():
         "model.sequence_parallel=true",
     ]
     for item in ("train.global_batch_size=32", "ddp.use_distributed_optimizer=true", "model.hidden_dropout=0.0",
-                 "mixed_precision.grad_reduce_in_fp32=false", "comm_overlap.tp_comm_overlap=false"):  # fmt: skip
+                 "mixed_precision.grad_reduce_in_fp32=false", "comm_overlap.tp_comm_overlap=true"):  # fmt: skip
         assert item in out
     notes = emit_notes("megatron-bridge", LLAMA70B, JOB_8K, parse_layout(PLAN_70B))
     assert any("--recipe llama31_70b_pretrain_config $(cat overrides.txt)" in n for n in notes)

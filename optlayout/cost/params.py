@@ -163,8 +163,10 @@ class CostParams(BaseModel):
         0.0,
         ge=0,
         le=1,
-        description="fraction of TP collective time hidden under GEMMs. Source: Megatron-LM's --tp-comm-overlap "
-        "(Transformer Engine userbuffers) is off by default, and without it the TP collectives block: none hidden.",
+        description="fraction of TP collective time hidden under GEMMs, with sequence parallelism (Megatron-LM's "
+        "--tp-comm-overlap, Transformer Engine userbuffers, requires SP; without SP nothing is hidden). Source: the "
+        "flag is off by default, and without it the TP collectives block: none hidden; calibrated on NVIDIA's "
+        "recipes, which turn it on, and emitted by the Megatron emitters wherever tp > 1 with SP.",
     )
     dp_comm_overlap: float = Field(
         0.9,

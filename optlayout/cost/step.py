@@ -288,6 +288,14 @@ class StageTimes:
         return self.compute_fwd_s + self.compute_bwd_s + self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
 
 
+def tp_exposed_share(layout: Layout, params: CostParams) -> float:
+    """The share of the TP collectives' time left exposed: Transformer Engine's userbuffers overlap
+    (`CostParams.tp_comm_overlap`, Megatron's --tp-comm-overlap) hides some of it only with sequence parallelism
+    (Megatron-LM megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can happen only when
+    sequence parallelism is enabled"); without SP the all-reduces block."""
+    return 1.0 - params.tp_comm_overlap if layout.sequence_parallel else 1.0
+
+
 def stage_times(
     model: ModelSpec,
     job: JobSpec,
@@ -315,7 +323,7 @@ def stage_times(
     if last and mtp is not None and model.mtp_layers:
         layers.append((mtp, model.mtp_layers, model.mtp_layers if full else 0))
     selective = layout.selective_modules if layout.recompute == Recompute.selective else None
-    elementwise_ratio, tp_exposed = params.backward_elementwise_ratio, 1 - params.tp_comm_overlap
+    elementwise_ratio, tp_exposed = params.backward_elementwise_ratio, tp_exposed_share(layout, params)
     cp_degree = layout.cp
     for lt, count, rerun_count in layers:
         fwd = lt.gemm_fwd_s + lt.attention_fwd_s + lt.elementwise_fwd_s + lt.cp_merge_fwd_s  # `forward_compute_s`

@@ -236,7 +236,8 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
             flags += [("--decoder-last-pipeline-num-layers", str(counts[-1]))]
     flags.append(("--context-parallel-size", str(layout.cp)))
     if tp > 1 and layout.sequence_parallel:
-        flags.append(("--sequence-parallel",))
+        # the TP collectives under the GEMMs, as the plan prices them with SP (cost.step.tp_exposed_share)
+        flags += [("--sequence-parallel",), ("--tp-comm-overlap",)]
     if order != DEFAULT_ORDER:
         flags.append(("--use-tp-pp-dp-mapping",))
     flags += _sharding_flags(layout, fsdp_impl)

@@ -150,8 +150,11 @@ def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
                 out.append(f"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag={_bool(job.fp8_param_gather)}")
     elif job.precision != "bf16":
         raise UnsupportedError(f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed'; precision must be bf16")
+    # The TP overlap as the plan prices it (cost.step.tp_exposed_share: with SP only). Bridge keeps it only with
+    # tp >= 2 and SP (training/comm_overlap.py @v0.3.1, _get_model_comm_overlap_cfgs); the recipe's userbuffers
+    # settings are per GEMM, the buffers' shape comes from the model (setup: tp_comm_overlap_cfg as a dict)
     if recipe.comm_overlap:
-        out.append("comm_overlap.tp_comm_overlap=false")
+        out.append(f"comm_overlap.tp_comm_overlap={_bool(layout.tp > 1 and layout.sequence_parallel)}")
     return out
 
 
@@ -185,7 +188,7 @@ def bridge_notes(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: 
     recipe = bridge_recipe(model)
     nodes, per_node = node_count(layout, gpus_per_node, _WHO)
     grads = next((o.split("=")[1] for o in overrides if o.startswith("mixed_precision.grad_reduce_in_fp32")), "true")
-    return [
+    notes = [
         f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.numerics}; megatron-bridge "
         f"{BRIDGE_VERSION}",
         f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
@@ -195,3 +198,10 @@ def bridge_notes(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: 
         f"memory as planned: {'fp32' if grads == 'true' else '16-bit'} gradient buffers, dropout "
         f"{'0.1' if job.dropout else 'off'}, recompute {recompute_text(layout)}, no offloading",
     ]
+    if layout.tp > 1 and layout.sequence_parallel and not recipe.comm_overlap:
+        notes.append(
+            f"{recipe.name} sets no CommOverlapConfig, which an override cannot add: its TP collectives block, where "
+            "the plan hides part of them under the GEMMs (TP overlap with SP); set cfg.comm_overlap = "
+            "CommOverlapConfig(tp_comm_overlap=True) in the recipe to run as planned"
+        )
+    return notes

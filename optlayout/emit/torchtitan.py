@@ -190,7 +190,7 @@ def torchtitan_config(
     model_section: dict[str, Any] = {"name": tt.name, "flavor": tt.flavor, "hf_assets_path": tt.hf_assets}
     config: Config = {"model": model_section, "training": training, "parallelism": parallelism}
     config["activation_checkpoint"] = ac
-    # float8 runs compiled, as torchtitan's own 405B preset; async TP stays off (the cost model hides no TP comm)
+    # float8 runs compiled, as torchtitan's own 405B preset; async TP stays off (torchtitan_notes says so)
     config["compile"] = {"enable": job.precision == "fp8"}
     if job.precision == "fp8":
         converter, section = fp8_converter(job, layout, version)
@@ -398,6 +398,11 @@ def torchtitan_notes(
         notes.append(f"fp8: torchao's linear layers save their 16-bit inputs for backward, where the plan counts "
                      f"Transformer Engine's {gemm_input_bytes(job):g}-byte FP8 copies: more activation memory than "
                      "planned")  # fmt: skip
+    if layout.tp > 1 and layout.sequence_parallel:
+        notes.append(
+            "TP: async tensor parallelism stays off, so the TP collectives block, where the plan hides part of them "
+            "under the GEMMs as Megatron's --tp-comm-overlap does with SP: slower than planned"
+        )
     if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
         notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")
     return notes
