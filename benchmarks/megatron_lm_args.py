@@ -119,6 +119,7 @@ def check(arguments, model, job, layout) -> list[str]:
         "attention_dropout": 0.0,
         "accumulate_allreduce_grads_in_fp32": job.grad_bytes_per_param == 4,
         "sequence_parallel": layout.sequence_parallel,
+        "tp_comm_overlap": layout.tp > 1 and layout.sequence_parallel,  # as priced: cost.step.tp_exposed_share
         "use_distributed_optimizer": layout.sharding.value != "none",
     }
     if not model.position_embeddings:
