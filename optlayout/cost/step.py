@@ -106,6 +106,18 @@ def attention_length_factor(seq_len: int, cp: int, causal: bool, params: CostPar
     return 1.0 + (params.attention_tile + 2 * l0 + 2 * (cp - 1) * l0) / seq_len
 
 
+def fp8_cast_widths(model: ModelSpec, shapes: list[tuple[float, float]], sp_div: int, ffn: bool) -> float:
+    """Elements per token one TP rank quantizes for its layer's FP8 GEMMs: each GEMM's input width k, the inputs
+    of the column-parallel GEMMs that sequence parallelism gathers (GQA's QKV projection and the FFN's first) over
+    the rank's 1/`sp_div` sequence shard only: Transformer Engine quantizes the local shard and all-gathers the
+    FP8 data (v1.x module/linear.py _Linear.forward: cast_to_fp8 of inputmat, then gather_along_first_dim under
+    sequence_parallel; v2.x: input_quantizer(inputmat) before gather_along_first_dim(..., quantizer)). MLA's down
+    projections are duplicated on every rank over the gathered sequence (`attention` module doc): cast whole."""
+    widths = sum(k for _, k in shapes)
+    gathered = (shapes[0][1] if model.attention.kind != "mla" else 0.0) + (shapes[-2][1] if ffn else 0.0)
+    return widths - gathered * (1 - 1 / sp_div)
+
+
 @fast_init
 @dataclass(frozen=True)
 class LayerTimes:
@@ -240,7 +252,8 @@ def _layer_base(
         merge_bwd = layout.cp * tokens * (score * params.cp_grad_accumulation_bytes_per_element
                                           + 2 * kv_rank * kv_grad_bytes) / hbm  # fmt: skip
     if job.precision == "fp8":  # each GEMM input is cast to fp8 first (the backward casts the gradients alike)
-        elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * sum(k for _, k in shapes)
+        elementwise_bytes += params.fp8_cast_bytes_per_element * tokens * fp8_cast_widths(model, shapes, sp_div,
+                                                                                          ffn_width > 0)  # fmt: skip
     shared_block = kind.moe and ffn_width > 0  # the shared experts launch their own 3 kernels
     kernels = 8 + 3 * shared_block + 2 * model.attention.qk_norm  # the query and key norms: one kernel each
     elementwise = elementwise_bytes / hbm + kernels * params.kernel_overhead_s
