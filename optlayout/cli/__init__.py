@@ -160,6 +160,15 @@ generation collection every 700 allocations rescans them (about 0.1 s of a 2 s s
 library caller keeps its own."""
 
 
+def _exit_without_collecting() -> None:
+    """Move every object to the collector's permanent generation (`gc.freeze`) as the command ends: the
+    interpreter's shutdown then skips the full collections it runs while it tears the modules down, which rescan
+    the import's and the search's objects (about 0.2-0.35 s of a 1.7 s solve, measured). Objects are still freed by
+    reference count and stdout and stderr flush as before; only cyclic garbage left at the very end is not
+    collected (the process's memory goes back to the system; Python promises no finalizer at exit either)."""
+    gc.freeze()
+
+
 def main() -> None:
     """Console-script entry point."""
     global main_started_s
@@ -194,6 +203,8 @@ def main() -> None:
             typer.echo(f"error: {message}{hint}", err=True)
             sys.exit(exc.exit_code or 2)
         raise
+    finally:
+        _exit_without_collecting()
 
 
 if __name__ == "__main__":
