@@ -1,6 +1,7 @@
 """What the cyclic garbage collector is left to do: `compare`'s count leaves no reference cycle holding its cost
 table (so each group's memo is freed by reference count as its ranking returns, not by a later collection), and
-the command process freezes its objects as it ends (shutdown then runs no full collection over them)."""
+the command process (`optlayout.cli.run`) freezes its objects as it ends (shutdown then runs no full collection
+over them)."""
 
 from __future__ import annotations
 
@@ -40,19 +41,21 @@ def test_the_bounded_ranking_frees_its_cost_table_by_reference_count() -> None:
 _PROBE = """
 import contextlib, gc, io, sys
 sys.argv = ["optlayout", "checkpoint", "--mtbf-hours", "3.1", "--checkpoint-minutes", "5"]
-from optlayout.cli import main
-before = gc.get_freeze_count()
-with contextlib.redirect_stdout(io.StringIO()):
-    try:
-        main()
-    except SystemExit:
-        pass
-print(before, gc.get_freeze_count())
+from optlayout.cli import main, run
+counts = [gc.get_freeze_count()]
+for entry in (main, run):
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            entry()
+        except SystemExit:
+            pass
+    counts.append(gc.get_freeze_count())
+print(*counts)
 """
 
 
-def test_the_command_ends_with_its_objects_frozen() -> None:
+def test_the_command_process_ends_with_its_objects_frozen_and_an_in_process_caller_does_not() -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=ROOT, check=True)
-    before, after = json.loads("[" + out.stdout.split("\n")[-2].replace(" ", ",") + "]")
-    assert before == 0
-    assert after > 1000  # the imports' objects at least
+    before, after_main, after_run = json.loads("[" + out.stdout.split("\n")[-2].replace(" ", ",") + "]")
+    assert before == after_main == 0  # `main` in process: the caller's collector as it was
+    assert after_run > 1000  # the entry point: the imports' objects at least
