@@ -1,5 +1,5 @@
 """`python -m optlayout`."""
 
-from optlayout.cli import main
+from optlayout.cli import run
 
-main()
+run()

@@ -1,5 +1,5 @@
 """`python -m optlayout.cli`."""
 
-from optlayout.cli import main
+from optlayout.cli import run
 
-main()
+run()

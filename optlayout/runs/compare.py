@@ -409,19 +409,6 @@ def _fitting_twins_by_micro_batch(
         else:
             families[key].append(i)
 
-    def between(members: list[int], lo: int, hi: int) -> None:
-        """The twins of members[lo + 1 : hi], those of members[lo] and members[hi] found."""
-        if hi - lo < 2:
-            return
-        superset, subset = found[members[lo]], found[members[hi]]  # the smaller micro-batch's, the larger's
-        if superset == subset:
-            found.update((members[k], subset) for k in range(lo + 1, hi))
-            return
-        mid = (lo + hi) // 2
-        found[members[mid]] = _fitting_twins(groups[members[mid]], fits, guesses, (superset, subset))
-        between(members, lo, mid)
-        between(members, mid, hi)
-
     for members in families.values():
         members.sort(key=lambda i: int(groups[i].degrees["micro_batch"] or 1))
         largest = groups[members[-1]]
@@ -431,8 +418,33 @@ def _fitting_twins_by_micro_batch(
         everything = frozenset(itertools.product(largest.shardings, largest.sequence_parallel))
         found[members[0]] = subset if subset == everything else _fitting_twins(
             groups[members[0]], fits, guesses, (everything, subset))  # fmt: skip
-        between(members, 0, len(members) - 1)
+        _between(members, 0, len(members) - 1, groups, fits, guesses, found)
     return [found[i] for i in range(len(groups))]
+
+
+def _between(
+    members: list[int],
+    lo: int,
+    hi: int,
+    groups: list[LayoutGroup],
+    fits: Callable[[LayoutGroup, Choice], bool],
+    guesses: dict[tuple[object, ...], int],
+    found: dict[int, Twins],
+) -> None:
+    """The twins of members[lo + 1 : hi] into `found`, those of members[lo] and members[hi] found
+    (`_fitting_twins_by_micro_batch`'s bisection). A module function, not a closure that calls itself: such a
+    closure holds itself through its own cell, a reference cycle that keeps the groups, `fits` and the cost table's
+    memo behind it alive after the count until the cyclic garbage collector finds them."""
+    if hi - lo < 2:
+        return
+    superset, subset = found[members[lo]], found[members[hi]]  # the smaller micro-batch's, the larger's
+    if superset == subset:
+        found.update((members[k], subset) for k in range(lo + 1, hi))
+        return
+    mid = (lo + hi) // 2
+    found[members[mid]] = _fitting_twins(groups[members[mid]], fits, guesses, (superset, subset))
+    _between(members, lo, mid, groups, fits, guesses, found)
+    _between(members, mid, hi, groups, fits, guesses, found)
 
 
 def compare_runs(
