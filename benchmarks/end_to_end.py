@@ -31,6 +31,7 @@ DEFAULT_RUNS = ROOT.parent / "shared" / "data" / "calibration_runs.jsonl"
 FLOOR = [sys.executable, "-c", "import ortools.sat.python.cp_model, pydantic, networkx"]
 CLI = [sys.executable, "-m", "optlayout.cli"]
 JOB_405B = ["--model", "llama3.1-405b", "--seq-len", "8192", "--global-batch-tokens", str(16 * 1024 * 1024)]
+JOB_DSV3 = ["--model", "deepseek-v3", "--seq-len", "4096", "--global-batch", "8192"]
 SIZES = [2**k for k in range(3, 18)]  # 8 .. 131,072 GPUs
 HEAVY = ("ortools", "networkx", "numpy", "scipy", "pydantic", "yaml", "typer", "rich", "matplotlib", "torch")
 
@@ -135,6 +136,7 @@ def main() -> int:
         ("solve 405B, 16,384 H100, top 10", ["solve", *JOB_405B, *cluster(16384), "--top", "10"], 2.0),
     ]
     cases += [(f"solve 405B, {g:,} GPUs, top 10", ["solve", *JOB_405B, *cluster(g), "--top", "10"], 2.0) for g in SIZES]
+    cases.append(("solve DeepSeek-V3, 2,048 H100, top 10", ["solve", *JOB_DSV3, *cluster(2048), "--top", "10"], 2.0))
     for label, cmd_args, target in cases:
         lines.append(row(label, target, against_floor([*CLI, *cmd_args], args.repeats)))
         print(lines[-1], flush=True)
