@@ -214,4 +214,4 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run()
