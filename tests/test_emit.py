@@ -334,7 +334,10 @@ def test_torchtitan_toml_is_a_complete_v022_config():
         "enable_cpu_offload": False,
     }
     assert ac == {"mode": "selective", "selective_ac_option": "op"}
-    assert doc["compile"] == {"enable": False}
+    # async TP under torch.compile, as the plan prices TP with SP (v0.2.2: a parallelism key); none without TP
+    assert doc["compile"] == {"enable": True} and par["enable_async_tensor_parallel"] is True
+    plain = _toml("dp=64,sharding=fsdp")
+    assert plain["compile"] == {"enable": False} and "enable_async_tensor_parallel" not in plain["parallelism"]
     dp, lbs, gbs = 2, train["local_batch_size"], train["global_batch_size"]
     assert gbs // (lbs * dp) == 1 and lbs // par["pipeline_parallel_microbatch_size"] == 16  # 16 pipeline micro-batches
 
@@ -377,7 +380,7 @@ def test_torchtitan_030_python_recipe():
     assert 'model_registry("70B", converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"]' in code
     assert "config.training.disable_cuda_graphs = True" in code  # 0.3.0 refuses CUDA graphs with PP
     assert "enable_sequence_parallel=True," in code and "config.activation_checkpoint = SelectiveAC.Config()" in code
-    assert "config.compile = CompileConfig(enable=True)" in code
+    assert "config.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)" in code
     assert emit("torchtitan", LLAMA70B, JOB_8K, parse_layout(PLAN_70B)).startswith('"""optlayout: Llama 3.1 70B')
 
 

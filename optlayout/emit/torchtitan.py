@@ -190,8 +190,15 @@ def torchtitan_config(
     model_section: dict[str, Any] = {"name": tt.name, "flavor": tt.flavor, "hf_assets_path": tt.hf_assets}
     config: Config = {"model": model_section, "training": training, "parallelism": parallelism}
     config["activation_checkpoint"] = ac
-    # float8 runs compiled, as torchtitan's own 405B preset; async TP stays off (torchtitan_notes says so)
-    config["compile"] = {"enable": job.precision == "fp8"}
+    # float8 runs compiled, as torchtitan's own 405B preset; with SP, async TP (torch.compile's micro-pipelined TP,
+    # which needs compile on the model) hides the TP collectives under the GEMMs as the plan prices them
+    # (cost.step.tp_exposed_share): CompileConfig / maybe_enable_async_tp require compile with "model" in components
+    async_tp = layout.tp > 1 and layout.sequence_parallel
+    config["compile"] = {"enable": job.precision == "fp8" or async_tp}
+    if async_tp and version == "0.2.2":
+        parallelism["enable_async_tensor_parallel"] = True
+    elif async_tp:
+        config["compile"]["enable_async_tensor_parallel"] = True
     if job.precision == "fp8":
         converter, section = fp8_converter(job, layout, version)
         model_section["converters"] = [converter]
@@ -400,8 +407,8 @@ def torchtitan_notes(
                      "planned")  # fmt: skip
     if layout.tp > 1 and layout.sequence_parallel:
         notes.append(
-            "TP: async tensor parallelism stays off, so the TP collectives block, where the plan hides part of them "
-            "under the GEMMs as Megatron's --tp-comm-overlap does with SP: slower than planned"
+            "TP: async tensor parallelism (torch.compile's micro-pipelined TP) hides part of the TP collectives "
+            "under the GEMMs, as the plan prices TP with SP; the model is compiled for it"
         )
     if layout.tp > 1 and not layout.sequence_parallel and version == "0.2.2":
         notes.append("torchtitan v0.2.2's TP always shards norms along the sequence (SP): less memory than planned")
@@ -483,7 +490,7 @@ def torchtitan_python(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_n
     lines += [
         "    )",
         f"    config.activation_checkpoint = {ac}",
-        f"    config.compile = CompileConfig(enable={config['compile']['enable']})",
+        f"    config.compile = CompileConfig({', '.join(f'{k}={v!r}' for k, v in config['compile'].items())})",
         "    return config",
     ]
     return "\n".join(lines) + "\n"
