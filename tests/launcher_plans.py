@@ -161,7 +161,11 @@ PLANS += (
         "llama3.1-8b",
         "tp=2,dp=4,mb=1,ga=8,sharding=fsdp,recompute=full,rl=16,sp",
         grad_bytes=4.0,
-        refused={"accelerate": "recomputes every layer or none", "torchtitan@0.3.0": "checkpoints every block or none"},
+        refused={
+            "accelerate": "recomputes every layer or none",
+            "torchtitan@0.3.0": "checkpoints every block or none",
+            "deepspeed": "sequence parallelism (sp) with tp=2 has no AutoTP equivalent",
+        },
     ),
 )
 

@@ -12,7 +12,7 @@ What the JSON expresses: ZeRO stage (zero1/zero2/fsdp = 1/2/3), TP through AutoT
 memory model counted (`data_types.grad_accum_dtype`). What it cannot: pipeline stages (a `deepspeed.pipe.
 PipelineModule(layers, num_stages=pp)` built in code), context parallelism (no DeepSpeed equivalent;
 DeepSpeed-Ulysses `sequence_parallel_size` splits attention heads by all-to-all, a different scheme, and is
-refused by name), recomputation (the model's own `gradient_checkpointing_enable()` or
+refused by name), Megatron-style sequence parallelism beside TP (AutoTP has none; refused), recomputation (the model's own `gradient_checkpointing_enable()` or
 `deepspeed.checkpointing.checkpoint`; only full-layer recompute exists) and dropout (the model's config).
 """
 
@@ -73,6 +73,12 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
         raise UnsupportedError(
             f"{_WHO}: ZeRO stage 0 accumulates gradients in the model's {job.precision} (fp32 accumulation needs "
             "ZeRO); plan sharding=zero1 or 16-bit gradients"
+        )
+    if layout.tp > 1 and layout.sequence_parallel:
+        raise UnsupportedError(
+            f"{_WHO}: sequence parallelism (sp) with tp={layout.tp} has no AutoTP equivalent: AutoTP keeps the "
+            "norms' and dropouts' activations whole on every TP rank and its all-reduces block, where the plan "
+            "shards them and hides part of the TP collectives; plan without sp"
         )
     config: dict[str, Any] = {}
     if layout.tp == 1:
