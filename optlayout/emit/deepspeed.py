@@ -12,8 +12,9 @@ What the JSON expresses: ZeRO stage (zero1/zero2/fsdp = 1/2/3), TP through AutoT
 memory model counted (`data_types.grad_accum_dtype`). What it cannot: pipeline stages (a `deepspeed.pipe.
 PipelineModule(layers, num_stages=pp)` built in code), context parallelism (no DeepSpeed equivalent;
 DeepSpeed-Ulysses `sequence_parallel_size` splits attention heads by all-to-all, a different scheme, and is
-refused by name), Megatron-style sequence parallelism beside TP (AutoTP has none; refused), recomputation (the model's own `gradient_checkpointing_enable()` or
-`deepspeed.checkpointing.checkpoint`; only full-layer recompute exists) and dropout (the model's config).
+refused by name), Megatron-style sequence parallelism beside TP (AutoTP has none; refused), recomputation (the
+model's own `gradient_checkpointing_enable()` or `deepspeed.checkpointing.checkpoint`; only full-layer recompute
+exists) and dropout (the model's config).
 """
 
 from __future__ import annotations
