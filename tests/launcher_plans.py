@@ -68,7 +68,18 @@ PLANS = (
         "tp=8,cp=4,dp=2,mb=1,ga=4,sharding=fsdp,recompute=selective,sp",
         seq_len=131072,
         grad_bytes=4.0,
-        refused={"deepspeed": "context parallelism (cp=4) has no DeepSpeed equivalent"},
+        refused={
+            "deepspeed": "context parallelism (cp=4) has no DeepSpeed equivalent",
+            "accelerate": "sequence parallelism (sp) with tp=8 has no equivalent: the model's own transformers",
+        },
+    ),
+    Plan(  # context parallelism without TP, for Accelerate (whose TP, transformers' tp_plan, has no SP)
+        "8b-128k-cp8-fsdp-selective",
+        "llama3.1-8b",
+        "tp=1,cp=8,dp=2,mb=1,ga=4,sharding=fsdp,recompute=selective",
+        seq_len=131072,
+        grad_bytes=4.0,
+        refused={"deepspeed": "context parallelism (cp=8) has no DeepSpeed equivalent"},
     ),
     Plan("8b-ddp", "llama3.1-8b", "dp=8,mb=2,ga=4,sharding=none", refused={"megatron-bridge": "names its mixed"}),
     Plan(
@@ -164,7 +175,7 @@ PLANS += (
         refused={
             "accelerate": "recomputes every layer or none",
             "torchtitan@0.3.0": "checkpoints every block or none",
-            "deepspeed": "sequence parallelism (sp) with tp=2 has no AutoTP equivalent",
+            "deepspeed": "sequence parallelism (sp) with tp=2 has no equivalent: AutoTP",
         },
     ),
 )

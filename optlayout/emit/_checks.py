@@ -180,6 +180,16 @@ def no_dropout(job: JobSpec, who: str, why: str) -> None:
         raise UnsupportedError(f"{who}: the plan counted dropout masks, but {why}")
 
 
+def no_sequence_parallel(layout: Layout, who: str, why: str) -> None:
+    """Refuse sequence parallelism beside TP where the launcher's TP has none: the plan counts the norms' and
+    dropouts' activations sharded over TP and part of the TP collectives hidden (cost.step.tp_exposed_share)."""
+    if layout.tp > 1 and layout.sequence_parallel:
+        raise UnsupportedError(
+            f"{who}: sequence parallelism (sp) with tp={layout.tp} has no equivalent: {why}, where the plan shards "
+            "them and hides part of the TP collectives; plan without sp"
+        )
+
+
 def no_recompute_modules(layout: Layout, who: str, why: str) -> None:
     """Refuse a selective module set (Megatron's --recompute-modules) a launcher cannot express."""
     if layout.recompute_modules is not None:

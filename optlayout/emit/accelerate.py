@@ -17,7 +17,14 @@ from typing import Any
 
 import yaml
 
-from optlayout.emit._checks import dp_split, fsdp2_fits_plan, global_batch, no_recompute_modules, node_count
+from optlayout.emit._checks import (
+    dp_split,
+    fsdp2_fits_plan,
+    global_batch,
+    no_recompute_modules,
+    no_sequence_parallel,
+    node_count,
+)
 from optlayout.errors import UnsupportedError
 from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
@@ -48,6 +55,13 @@ def accelerate_config(
     if layout.recompute_layers is not None:
         raise UnsupportedError(f"{_WHO}: recompute_layers={layout.recompute_layers}: fsdp_activation_checkpointing "
                                "recomputes every layer or none; leave recompute_layers out")  # fmt: skip
+    no_sequence_parallel(
+        layout,
+        _WHO,
+        "the model's own transformers tp_plan (Llama's: colwise and rowwise linear layers only, "
+        "models/llama/configuration_llama.py base_model_tp_plan) keeps the norms' activations whole on every TP "
+        "rank and its all-reduces block",
+    )
     fsdp = shard > 1 or layout.cp > 1
     fsdp2_fits_plan(job, layout, shard * layout.cp, layout.sharding in (Sharding.zero1, Sharding.zero2), _WHO)
     hosts = list(hostnames or [])

@@ -22,7 +22,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from optlayout.emit._checks import global_batch, gradient_dtype, no_recompute_modules, node_count, stage_layers
+from optlayout.emit._checks import (
+    global_batch,
+    gradient_dtype,
+    no_recompute_modules,
+    no_sequence_parallel,
+    node_count,
+    stage_layers,
+)
 from optlayout.errors import UnsupportedError
 from optlayout.layout.text import format_layout
 from optlayout.specs import JobSpec, Layout, ModelSpec, Recompute, Sharding
@@ -75,12 +82,8 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
             f"{_WHO}: ZeRO stage 0 accumulates gradients in the model's {job.precision} (fp32 accumulation needs "
             "ZeRO); plan sharding=zero1 or 16-bit gradients"
         )
-    if layout.tp > 1 and layout.sequence_parallel:
-        raise UnsupportedError(
-            f"{_WHO}: sequence parallelism (sp) with tp={layout.tp} has no AutoTP equivalent: AutoTP keeps the "
-            "norms' and dropouts' activations whole on every TP rank and its all-reduces block, where the plan "
-            "shards them and hides part of the TP collectives; plan without sp"
-        )
+    no_sequence_parallel(layout, _WHO, "AutoTP keeps the norms' and dropouts' activations whole on every TP rank "
+                         "and its all-reduces block")  # fmt: skip
     config: dict[str, Any] = {}
     if layout.tp == 1:
         config["train_batch_size"] = batch
