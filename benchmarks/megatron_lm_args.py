@@ -33,6 +33,7 @@ from _results import publish
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from optlayout.cost.step import tp_overlap_applies  # noqa: E402
 from optlayout.emit import megatron_args  # noqa: E402
 from optlayout.errors import OptlayoutError  # noqa: E402
 from optlayout.layout import parse_layout  # noqa: E402
@@ -119,7 +120,7 @@ def check(arguments, model, job, layout) -> list[str]:
         "attention_dropout": 0.0,
         "accumulate_allreduce_grads_in_fp32": job.grad_bytes_per_param == 4,
         "sequence_parallel": layout.sequence_parallel,
-        "tp_comm_overlap": layout.tp > 1 and layout.sequence_parallel,  # as priced: cost.step.tp_exposed_share
+        "tp_comm_overlap": tp_overlap_applies(layout),  # as priced
         "use_distributed_optimizer": layout.sharding.value != "none",
     }
     if not model.position_embeddings:

@@ -301,12 +301,18 @@ class StageTimes:
         return self.compute_fwd_s + self.compute_bwd_s + self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
 
 
+def tp_overlap_applies(layout: Layout) -> bool:
+    """Whether the layout's TP collectives run under the GEMMs: TP with sequence parallelism. Transformer Engine's
+    userbuffers overlap (Megatron's --tp-comm-overlap) needs SP (Megatron-LM megatron/training/arguments.py: "Tensor
+    parallel communication/GEMM overlap can happen only when sequence parallelism is enabled"); without SP the
+    all-reduces block. The emitters turn the overlap on exactly here."""
+    return layout.tp > 1 and layout.sequence_parallel
+
+
 def tp_exposed_share(layout: Layout, params: CostParams) -> float:
-    """The share of the TP collectives' time left exposed: Transformer Engine's userbuffers overlap
-    (`CostParams.tp_comm_overlap`, Megatron's --tp-comm-overlap) hides some of it only with sequence parallelism
-    (Megatron-LM megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can happen only when
-    sequence parallelism is enabled"); without SP the all-reduces block."""
-    return 1.0 - params.tp_comm_overlap if layout.sequence_parallel else 1.0
+    """The share of the TP collectives' time left exposed: all of it, or where the overlap applies what
+    `CostParams.tp_comm_overlap` leaves."""
+    return 1.0 - params.tp_comm_overlap if tp_overlap_applies(layout) else 1.0
 
 
 def stage_times(

@@ -18,6 +18,7 @@ import shlex
 from typing import Literal
 
 from optlayout.cost.moe import overlap_allowed
+from optlayout.cost.step import tp_overlap_applies
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
 from optlayout.errors import OptlayoutError, UnsupportedError
@@ -236,8 +237,9 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
             flags += [("--decoder-last-pipeline-num-layers", str(counts[-1]))]
     flags.append(("--context-parallel-size", str(layout.cp)))
     if tp > 1 and layout.sequence_parallel:
-        # the TP collectives under the GEMMs, as the plan prices them with SP (cost.step.tp_exposed_share)
-        flags += [("--sequence-parallel",), ("--tp-comm-overlap",)]
+        flags.append(("--sequence-parallel",))
+    if tp_overlap_applies(layout):  # the TP collectives under the GEMMs, as the plan prices them
+        flags.append(("--tp-comm-overlap",))
     if order != DEFAULT_ORDER:
         flags.append(("--use-tp-pp-dp-mapping",))
     flags += _sharding_flags(layout, fsdp_impl)

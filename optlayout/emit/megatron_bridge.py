@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optlayout.cost.step import tp_overlap_applies
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, qwen3_moe_flavor, stage_layers
 from optlayout.emit.megatron import fp8_format_and_recipe, megatron_problems, pipeline_layout_string
 from optlayout.errors import UnsupportedError
@@ -150,11 +151,11 @@ def bridge_overrides(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_no
                 out.append(f"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag={_bool(job.fp8_param_gather)}")
     elif job.precision != "bf16":
         raise UnsupportedError(f"{_WHO}: {recipe.name} names its mixed precision 'bf16_mixed'; precision must be bf16")
-    # The TP overlap as the plan prices it (cost.step.tp_exposed_share: with SP only). Bridge keeps it only with
+    # The TP overlap as the plan prices it (cost.step.tp_overlap_applies: TP with SP). Bridge keeps it only with
     # tp >= 2 and SP (training/comm_overlap.py @v0.3.1, _get_model_comm_overlap_cfgs); the recipe's userbuffers
     # settings are per GEMM, the buffers' shape comes from the model (setup: tp_comm_overlap_cfg as a dict)
     if recipe.comm_overlap:
-        out.append(f"comm_overlap.tp_comm_overlap={_bool(layout.tp > 1 and layout.sequence_parallel)}")
+        out.append(f"comm_overlap.tp_comm_overlap={_bool(tp_overlap_applies(layout))}")
     return out
 
 
@@ -198,7 +199,7 @@ def bridge_notes(model: ModelSpec, job: JobSpec, layout: Layout, gpus_per_node: 
         f"memory as planned: {'fp32' if grads == 'true' else '16-bit'} gradient buffers, dropout "
         f"{'0.1' if job.dropout else 'off'}, recompute {recompute_text(layout)}, no offloading",
     ]
-    if layout.tp > 1 and layout.sequence_parallel and not recipe.comm_overlap:
+    if tp_overlap_applies(layout) and not recipe.comm_overlap:
         notes.append(
             f"{recipe.name} sets no CommOverlapConfig, which an override cannot add: its TP collectives block, where "
             "the plan hides part of them under the GEMMs (TP overlap with SP); set cfg.comm_overlap = "

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optlayout.cost.attention import ACT_BYTES, gemm_input_bytes
+from optlayout.cost.step import tp_overlap_applies
 from optlayout.emit._checks import (
     dp_split,
     expert_fsdp_degree,
@@ -190,10 +191,10 @@ def torchtitan_config(
     model_section: dict[str, Any] = {"name": tt.name, "flavor": tt.flavor, "hf_assets_path": tt.hf_assets}
     config: Config = {"model": model_section, "training": training, "parallelism": parallelism}
     config["activation_checkpoint"] = ac
-    # float8 runs compiled, as torchtitan's own 405B preset; with SP, async TP (torch.compile's micro-pipelined TP,
-    # which needs compile on the model) hides the TP collectives under the GEMMs as the plan prices them
-    # (cost.step.tp_exposed_share): CompileConfig / maybe_enable_async_tp require compile with "model" in components
-    async_tp = layout.tp > 1 and layout.sequence_parallel
+    # float8 runs compiled, as torchtitan's own 405B preset; where the plan prices TP overlap, async TP
+    # (torch.compile's micro-pipelined TP) hides the TP collectives under the GEMMs: CompileConfig /
+    # maybe_enable_async_tp require compile with "model" in components
+    async_tp = tp_overlap_applies(layout)
     config["compile"] = {"enable": job.precision == "fp8" or async_tp}
     if async_tp and version == "0.2.2":
         parallelism["enable_async_tensor_parallel"] = True
@@ -405,7 +406,7 @@ def torchtitan_notes(
         notes.append(f"fp8: torchao's linear layers save their 16-bit inputs for backward, where the plan counts "
                      f"Transformer Engine's {gemm_input_bytes(job):g}-byte FP8 copies: more activation memory than "
                      "planned")  # fmt: skip
-    if layout.tp > 1 and layout.sequence_parallel:
+    if tp_overlap_applies(layout):
         notes.append(
             "TP: async tensor parallelism (torch.compile's micro-pipelined TP) hides part of the TP collectives "
             "under the GEMMs, as the plan prices TP with SP; the model is compiled for it"
