@@ -81,6 +81,14 @@ PLANS = (
         grad_bytes=4.0,
         refused={"deepspeed": "context parallelism (cp=8) has no DeepSpeed equivalent"},
     ),
+    Plan(  # TP and CP without sequence parallelism
+        "8b-32k-tp2-cp2-zero1-nosp",
+        "llama3.1-8b",
+        "tp=2,cp=2,dp=2,mb=1,ga=4,sharding=zero1",
+        seq_len=32768,
+        grad_bytes=4.0,
+        refused={"deepspeed": "context parallelism (cp=2) has no DeepSpeed equivalent"},
+    ),
     Plan("8b-ddp", "llama3.1-8b", "dp=8,mb=2,ga=4,sharding=none", refused={"megatron-bridge": "names its mixed"}),
     Plan(
         "8b-tp2-zero2-fp32-grads",
