@@ -507,6 +507,12 @@ def test_outputs_never_replace_inputs_nor_follow_links(cli: Callable[..., Any], 
     assert first.returncode == 0 and f"wrote {plan}" in first.stderr
     again = cli(*solve, "--save", str(plan))
     assert again.returncode == 0 and f"replaced {plan}" in again.stderr
+    # two outputs of one command on one file: the second would replace the first
+    both = cli(*solve, "--save", str(tmp_path / "p.json"), "--report", str(tmp_path / "p.json"))
+    assert both.returncode == 2 and "--report: " in both.stderr and "is also the file of --save" in both.stderr
+    assert not (tmp_path / "p.json").exists()
+    fit = cli("calibrate", str(runs), "-o", str(tmp_path / "c.yaml"), "--heldout", str(tmp_path / "c.yaml"))
+    assert fit.returncode == 2 and "is also the file of --output" in fit.stderr and not (tmp_path / "c.yaml").exists()
 
 
 def test_report_is_reproducible_unless_timings_are_asked_for(cli: Callable[..., Any], tmp_path: Path) -> None:

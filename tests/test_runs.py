@@ -565,3 +565,10 @@ def test_grad_bytes_are_planned_counted_and_emitted(cli, tmp_path):
     assert "--bf16" in flags.stdout and "--grad-reduce-in-bf16" not in flags.stdout  # Megatron's fp32 main grads
     refused = cli("emit", "-f", "megatron", "--plan", str(plan), "--grad-bytes", "4")
     assert refused.returncode != 0 and "--grad-bytes" in refused.stderr
+    # the plan's job and node size are not replaced silently either
+    for flag, value in (("--precision", "fp8"), ("--global-batch", "7"), ("--gpus-per-node", "4")):
+        refused = cli("emit", "-f", "megatron", "--plan", str(plan), flag, value)
+        assert refused.returncode == 2 and f"drop {flag}" in refused.stderr, (flag, refused.stderr)
+    # a gradient buffer no launcher keeps is refused where the job is read, not first by the emitter
+    odd = cli("solve", *args, "--global-batch", "64", "--grad-bytes", "3")
+    assert odd.returncode == 2 and "grad-bytes: must be 2" in odd.stderr and "got 3" in odd.stderr

@@ -190,6 +190,10 @@ def job_arg(
     grad_bytes: float = GRAD_BYTES,
     fp8_recipe: str | None = None,
 ) -> JobSpec:
+    """The job from the command's flags; `--grad-bytes` only as a launcher keeps gradient buffers (2 or 4)."""
+    if grad_bytes not in (2, 4):
+        raise InputError(f"grad-bytes: must be 2 (16-bit gradients) or 4 (fp32 main grads), the gradient buffers "
+                         f"launchers keep (got {grad_bytes:g})")  # fmt: skip
     try:
         return JobSpec(
             seq_len=seq_len,

@@ -31,11 +31,13 @@ def register(app: typer.Typer) -> None:
         model: common.ModelOpt = None,
         model_config: common.ModelConfigOpt = None,
         global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per step (checked)")] = None,
-        precision: Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8")] = "bf16",
+        precision: Annotated[str | None, typer.Option("--precision", help="bf16 (default), fp16 or fp8")] = None,
         fp8_recipe: common.Fp8RecipeOpt = None,
         dropout: common.DropoutOpt = False,
         grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
-        gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
+        gpus_per_node: Annotated[
+            int | None, typer.Option("--gpus-per-node", help="GPUs (ranks) per node (default 8)")
+        ] = None,
         overrides: Annotated[bool, typer.Option("--overrides", help="torchtitan 0.2.2: --section.key flags")] = False,
         torchtitan_version: Annotated[
             str, typer.Option("--torchtitan-version", help=f"one of {', '.join(TORCHTITAN_VERSIONS)}")
@@ -51,13 +53,17 @@ def register(app: typer.Typer) -> None:
         hosts = [h.strip() for h in hostnames.split(",") if h.strip()] if hostnames else None
         if output is not None:
             outputs.check_output(output, "--output", [plan, model_config])
-        if not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
+        if gpus_per_node is not None and not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
             raise InputError(f"gpus-per-node: must be 1 to {MAX_GPUS_PER_SERVER:,} (got {gpus_per_node})")
         if plan is not None:
-            given = (layout, model, model_config, seq_len, fp8_recipe)
-            if any(v is not None for v in given) or common.switched_job_flags(dropout, grad_bytes):
-                raise InputError("plan: --plan carries the model, job and layout; drop --layout/--model/--seq-len/"
-                                 "--fp8-recipe/--dropout/--grad-bytes")  # fmt: skip
+            given = {"--layout": layout, "--model": model, "--model-config": model_config, "--seq-len": seq_len,
+                     "--global-batch": global_batch, "--precision": precision, "--fp8-recipe": fp8_recipe,
+                     "--gpus-per-node": gpus_per_node}  # fmt: skip
+            dropped = [flag for flag, v in given.items() if v is not None]
+            dropped += common.switched_job_flags(dropout, grad_bytes)
+            if dropped:
+                raise InputError(f"plan: --plan carries the model, job, layout and node size; drop "
+                                 f"{', '.join(dropped)}")  # fmt: skip
             from optlayout.planning.plan import Plan
 
             saved = Plan.load(plan)
@@ -67,9 +73,9 @@ def register(app: typer.Typer) -> None:
             if layout is None or seq_len is None:
                 raise InputError("emit: give --plan plan.json, or --layout with --seq-len and --model")
             spec = common.model_arg(model, model_config)
-            job = common.job_arg(seq_len, global_batch, None, precision=precision, dropout=dropout,
+            job = common.job_arg(seq_len, global_batch, None, precision=precision or "bf16", dropout=dropout,
                                  grad_bytes=grad_bytes, fp8_recipe=fp8_recipe)  # fmt: skip
-            lay, per_node = parse_layout(layout), gpus_per_node
+            lay, per_node = parse_layout(layout), gpus_per_node or 8
         text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
                     torchtitan_version=torchtitan_version)  # fmt: skip
         for note in emit_notes(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,

@@ -29,6 +29,21 @@ def check_output(path: Path, flag: str, inputs: Iterable[str | Path | None] = ()
     return path
 
 
+def check_outputs(named: Iterable[tuple[str, Path | None]], inputs: Iterable[str | Path | None] = ()) -> None:
+    """`check_output` for each (flag, path) given, and no two outputs on one file (the second would replace the
+    first)."""
+    inputs = list(inputs)
+    seen: list[tuple[str, Path]] = []
+    for flag, path in named:
+        if path is None:
+            continue
+        check_output(path, flag, inputs)
+        for other_flag, other in seen:
+            if path.absolute() == other.absolute() or (path.exists() and other.exists() and same_file(path, other)):
+                raise InputError(f"{flag}: {str(path)!r} is also the file of {other_flag}; give each output its own")
+        seen.append((flag, path))
+
+
 def write_output(path: Path, content: str | bytes, flag: str, inputs: Iterable[str | Path | None] = ()) -> None:
     """Write `content` to `path` (checked as `check_output` does) and say so on stderr."""
     check_output(path, flag, inputs)

@@ -49,9 +49,7 @@ def compare_command(
     from optlayout.runs.compare import compare_runs
 
     inputs = (runs, calibration)
-    for flag, path in (("--plot", plot), ("--report", report)):
-        if path is not None:
-            outputs.check_output(path, flag, inputs)
+    outputs.check_outputs((("--plot", plot), ("--report", report)), inputs)
     records = _read(runs)
     fitted = common.calibration_arg(calibration)
 
@@ -131,9 +129,7 @@ def calibrate_command(
     """Fit the calibratable constants per GPU and precision; report cross-validated error by source."""
     from optlayout.runs.calibrate import calibrate
 
-    outputs.check_output(output, "--output", runs)
-    if heldout is not None:
-        outputs.check_output(heldout, "--heldout", [*runs, output])
+    outputs.check_outputs((("--output", output), ("--heldout", heldout)), runs)
     records = [rec for path in runs for rec in _read(path)]
     named = " + ".join(path.name for path in runs)
     if len(records) < 2:

@@ -254,9 +254,7 @@ def solve_command(
     if (topology is not None) and (cluster is not None):
         raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
     inputs = (topology, model_config, model, calibration, from_plan)
-    for flag, path in (("--save", save), ("--report", report)):
-        if path is not None:
-            outputs.check_output(path, flag, inputs)
+    outputs.check_outputs((("--save", save), ("--report", report)), inputs)
     source = topology if topology is not None else cluster
     loaded = None
     if from_plan is not None:
