@@ -46,6 +46,8 @@ def test_memory_with_model_shape_adds_activations(cli) -> None:
         (["memory", "--params", "70e9", "--tp", "0"], "tp"),
         (["memory", "--model", "nope", "--gpus", "8"], "unknown preset"),
         (["memory", "--params", "70e9", "--sharding", "zero9"], "sharding"),
+        # 6 x 7e9 x 1e6 = 42,000 TFLOP/s, 42x the H100's 989.4: a cluster's tokens/s given per GPU
+        (["mfu", "--params", "7e9", "--tokens-per-s", "1000000"], "42,000.0 TFLOP/s (6N), over the h100-sxm's bf16"),
     ],
 )
 def test_bad_input_one_line_exit_2(cli, args: list[str], needle: str) -> None:

@@ -60,6 +60,11 @@ def mfu_command(
             basis = "6N + attention" + ("" if non_causal else " (causal)")
     peak = spec.peak_flops_for(precision)
     value = flops.mfu(tokens_per_s, per_token, peak)
+    if value > 1.0:
+        achieved_tflops = tokens_per_s * per_token / 1e12
+        raise InputError(f"tokens-per-s: {tokens_per_s:,.0f} tokens/s per GPU would be {achieved_tflops:,.1f} TFLOP/s"
+                         f" ({basis}), over the {spec.name}'s {precision} peak of {peak / 1e12:g}: MFU cannot "
+                         "exceed 100% (give tokens/s per GPU, not the cluster's)")  # fmt: skip
     out = {
         "mfu": round(value, 4),
         "model_flops_per_token": per_token,
