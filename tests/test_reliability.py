@@ -177,6 +177,22 @@ def test_fraction_clipped_at_zero():
     assert rel.goodput_fraction(1 * HOUR, 0.9 * HOUR, 1 * HOUR) == 0.0
 
 
+def test_first_order_out_of_range_is_said(cli_json):
+    # C = 100 min, M = 186 min: Young's sqrt(2CM) = 193 min >= M, where the first order assumes one failure per
+    # interval at most; the clipped 0% is flagged, the renewal model (Daly) still answers
+    young = cli_json("--mtbf-hours 3.1 --checkpoint-minutes 100")
+    assert young["interval_minutes"] == pytest.approx(192.9, abs=0.1) and young["effective_time_fraction"] == 0.0
+    assert not young["model_holds"] and "--method daly" in young["warning"] and "not shorter than the MTBF" in young[
+        "warning"]  # fmt: skip
+    assert [row["model_holds"] for row in young["table"]] == [False, True, True, True, True]  # 100, 50, ... 1 min
+    daly = cli_json("--mtbf-hours 3.1 --checkpoint-minutes 100 --method daly")
+    assert daly["model_holds"] and daly["warning"] is None and 0 < daly["effective_time_fraction"] < 1
+    # R = 500 min > M: 1 - C/tau - (tau/2 + R)/M < 0 at any interval
+    restart = cli_json("--mtbf-hours 3.1 --checkpoint-minutes 5 --restart-minutes 500")
+    assert not restart["model_holds"] and "restart" in restart["warning"]
+    assert cli_json("--mtbf-hours 24 --checkpoint-minutes 5")["warning"] is None
+
+
 def test_checkpoint_not_shorter_than_mtbf_is_an_error():
     with pytest.raises(OptlayoutError, match="no useful checkpoint interval"):
         rel.goodput_fraction(3 * MIN, 5 * MIN, 10 * MIN)

@@ -141,7 +141,18 @@ def _row(plan: rel.CheckpointPlan) -> dict[str, Any]:
         "interval_minutes": _sig(plan.interval_s / MIN),
         "lost_minutes_per_failure": _sig(plan.lost_per_failure_s / MIN),
         "effective_time_fraction": _sig(plan.effective_time_fraction),
+        "model_holds": plan.model_holds,
     }
+
+
+def _warning(plan: rel.CheckpointPlan) -> str | None:
+    """Why the first-order figures are not to be read as an answer, or None when the model holds."""
+    if plan.model_holds:
+        return None
+    why = (f"the interval {_dur(plan.interval_s / MIN)} is not shorter than the MTBF {_dur(plan.mtbf_s / MIN)}"
+           if plan.interval_s >= plan.mtbf_s else "the checkpoint, restart and rework exceed the MTBF")  # fmt: skip
+    return (f"Young's first-order model does not hold here ({why}; its effective time is clipped at "
+            f"{plan.effective_time_fraction:.1%}): use --method daly, the renewal model")  # fmt: skip
 
 
 def checkpoint_report(
@@ -177,6 +188,8 @@ def checkpoint_report(
         "interval_raised_to_write": plan.interval_raised_to_lag,
         "lost_minutes_per_failure": _sig(plan.lost_per_failure_s / MIN),
         "effective_time_fraction": _sig(plan.effective_time_fraction),
+        "model_holds": plan.model_holds,
+        "warning": _warning(plan),
         "failures_per_day": _sig(rel.SECONDS_PER_DAY / mtbf_s),
         "table": [{**_row(p), "current": math.isclose(p.checkpoint_s, cost.blocking_s, rel_tol=1e-12)} for p in table],
     }
@@ -204,6 +217,8 @@ def _print_rich(report: dict[str, Any]) -> None:
     summary.add_row("lost per failure", _dur(report["lost_minutes_per_failure"]), "")
     summary.add_row("effective training time", f"{report['effective_time_fraction']:.1%}", "")
     console.print(summary)
+    if report["warning"]:
+        console.print(f"warning: {report['warning']}", style="yellow")
     table = Table(title="what a faster checkpoint buys")
     for col in ("checkpoint", "interval", "lost per failure", "effective time"):
         table.add_column(col, justify="right")
@@ -213,7 +228,7 @@ def _print_rich(report: dict[str, Any]) -> None:
             _dur(row["checkpoint_minutes"]),
             _dur(row["interval_minutes"]),
             _dur(row["lost_minutes_per_failure"]),
-            f"{row['effective_time_fraction']:.1%}",
+            f"{row['effective_time_fraction']:.1%}" + ("" if row["model_holds"] else " (model does not hold)"),
             style=style,
         )
     console.print(table)

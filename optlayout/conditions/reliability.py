@@ -269,6 +269,16 @@ class CheckpointPlan:
     lost_per_failure_s: float
     effective_time_fraction: float
 
+    @property
+    def model_holds(self) -> bool:
+        """Whether the method's model describes this plan: Young's first order assumes at most one failure per
+        interval (an interval shorter than the MTBF) and leaves a positive fraction unclipped; Daly's renewal
+        model holds for any interval."""
+        if self.method != "young":
+            return True
+        lost = self.lost_per_failure_s
+        return self.interval_s < self.mtbf_s and 1.0 - self.checkpoint_s / self.interval_s - lost / self.mtbf_s > 0
+
 
 def plan_checkpointing(
     mtbf_s: float,
