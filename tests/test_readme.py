@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require
 
 
 def _python_blocks() -> list[str]:
@@ -23,6 +24,13 @@ def test_readme_launcher_script_runs(tmp_path) -> None:
     out = subprocess.run([sys.executable, str(path), str(topo)], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert "torchrun --nnodes 32 --nproc-per-node 8" in out.stdout
+    # torchrun's own parser: a static rendezvous over 32 nodes needs rank 0's address (its default is each node's own)
+    run = require("torch.distributed.run", "pip install '.[torch]'")
+    line = next(x for x in out.stdout.splitlines() if x.startswith("torchrun "))
+    tokens = shlex.split(line.replace("$SLURM_NODEID", "3").replace("$MASTER_ADDR", "node0"))[1:]
+    parsed = run.get_args_parser().parse_args(tokens)
+    assert (parsed.nnodes, parsed.rdzv_backend, parsed.node_rank) == ("32", "static", 3)
+    assert parsed.master_addr == "node0" and parsed.training_script == "pretrain_gpt.py"
     args = (tmp_path / "megatron_args.txt").read_text()
     assert "--tensor-model-parallel-size" in args and "--use-distributed-optimizer" in args
     assert (tmp_path / "plan.json").exists()

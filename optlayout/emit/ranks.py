@@ -134,7 +134,8 @@ def render(rank_map: RankMap, experts: RankMap | None = None) -> str:
     out += [
         "# launch: node ranks must follow the host order above. torchrun honours --node-rank only with",
         f"#   --rdzv-backend static: torchrun --nnodes {rank_map.num_nodes} "
-        f"--nproc-per-node {rank_map.local_world_size} --rdzv-backend static --node-rank $SLURM_NODEID ...",
+        f"--nproc-per-node {rank_map.local_world_size} --rdzv-backend static --node-rank $SLURM_NODEID "
+        "--master-addr $MASTER_ADDR ...",
         "#   or srun one task per GPU with RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID (block distribution).",
     ]
     return "\n".join(out) + "\n"
