@@ -282,6 +282,10 @@ def test_explain_ranks_users_layout(cli) -> None:
     data = json.loads(out.stdout)
     assert data["rank"] > 1 and data["feasible"] > data["rank"]
     assert data["terms"][0]["delta_us"] >= data["terms"][-1]["delta_us"]
+    # every term of the step is named for people, the MoE token exchange too (no field names)
+    assert {t["term"] for t in data["terms"]} == {
+        "compute", "exposed TP communication", "exposed CP communication", "exposed EP communication",
+        "pipeline send/receive", "pipeline bubble", "exposed DP communication", "optimizer step", "step overhead"}
 
 
 def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:

@@ -12,6 +12,7 @@ _TERM_NAMES = {
     "compute_s": "compute",
     "tp_comm_s": "exposed TP communication",
     "cp_comm_s": "exposed CP communication",
+    "ep_comm_s": "exposed EP communication",
     "pp_comm_s": "pipeline send/receive",
     "bubble_s": "pipeline bubble",
     "dp_comm_s": "exposed DP communication",
@@ -43,7 +44,7 @@ def term_deltas(
     """Every time term of `layout` against the best, largest loss first."""
     mine = _per_token_us(pred, layout, job)
     best = _per_token_us(best_pred, best_layout, job)
-    rows = [TermDelta(_TERM_NAMES.get(k, k), mine[k], best[k]) for k in mine]
+    rows = [TermDelta(_TERM_NAMES[k], mine[k], best[k]) for k in mine]
     return sorted(rows, key=lambda r: -r.delta_us_per_token)
 
 
