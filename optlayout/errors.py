@@ -44,7 +44,7 @@ def describe_validation_error(exc: pydantic.ValidationError, what: str = "") -> 
         msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
         shown = "" if isinstance(value, dict) or value is None else f" (got {SHOWN.repr(value)})"
-        parts.append(f"{loc or '(root)'}: {msg}{shown}")
+        parts.append(f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}")  # a rule across fields names its own
     if len(errors) > MAX_PROBLEMS_SHOWN:
         parts.append(f"and {len(errors) - MAX_PROBLEMS_SHOWN} more")
     prefix = f"{what}: " if what else ""
