@@ -232,6 +232,27 @@ def test_calibrate_writes_a_profile_that_changes_predictions(cli, tmp_path, comp
     assert any(calibrated[k] != pytest.approx(default[k], rel=1e-6) for k in default)
 
 
+def test_calibrate_lists_only_the_constants_its_runs_inform(cli, tmp_path):
+    # Llama 3.1 8B at dp 8 on one DGX H100 (two releases): no TP, and NVLink only, so neither TP overlap nor the
+    # collective efficiency moves a prediction: they keep their sourced values and are not listed as fitted
+    lines = RUNS_JSONL.read_text().splitlines()
+
+    def fitted(ids: tuple[str, ...]) -> tuple[list[str], str]:
+        runs = tmp_path / "runs.jsonl"
+        runs.write_text("\n".join(line for line in lines if any(f'"{i}"' in line for i in ids)) + "\n")
+        proc = cli("calibrate", str(runs), "-o", str(tmp_path / "c.yaml"))
+        assert proc.returncode == 0, proc.stderr
+        profile = load_calibration(tmp_path / "c.yaml")
+        assert set(profile.default) == set(profile.fitted)
+        return profile.fitted, proc.stderr
+
+    names, err = fitted(("dgxc-v24.11.1-llama318b-bf16-8g-35a9aec", "dgxc-v25.02-llama318b-bf16-8g-8f5cbb3"))
+    assert names == ["gemm_efficiency", "dp_comm_overlap"] and "warning" not in err
+    # with Nemotron-4 15B at tp 4 on two servers all four move it: four constants from two runs, said so
+    names, err = fitted(("dgxc-v24.11.1-llama318b-bf16-8g-35a9aec", "dgxc-v24.11.1-nemotron415b-bf16-16g-35a9aec"))
+    assert len(names) == 4 and "warning: 2 run(s) for 4 constants" in err and "underdetermined" in err
+
+
 # --- bad input ---------------------------------------------------------------------------------------------
 
 

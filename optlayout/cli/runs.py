@@ -140,6 +140,8 @@ def calibrate_command(
         fitted = calibrate(records, fitted_on=f"{named} ({len(records)} runs)",
                             progress=lambda msg: bar.update(task, description=msg))  # fmt: skip
     outputs.write_output(output, fitted.to_yaml(), "--output", runs)
+    for warning in fitted.report.get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
     if heldout is not None:
         rows = "".join(row.model_dump_json() + "\n" for row in fitted._heldout)
         outputs.write_output(heldout, rows, "--heldout", [*runs, output])

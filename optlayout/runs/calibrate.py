@@ -316,7 +316,9 @@ def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable
         }
 
     rows = heldout_rows(cases, cv, cv_gpu)
-    names = list(FITTED)
+    names = identifiable(cases, DEFAULT_PARAMS, list(FITTED))  # the others keep their sourced values
+    warnings = [f"{len(cases)} run(s) for {len(names)} constants ({', '.join(names)}): the fit is underdetermined; "
+                "runs of other layouts pin them"] if len(cases) < len(names) else []  # fmt: skip
     calibration = Calibration(
         fitted_on=fitted_on,
         fitted=names,
@@ -329,7 +331,7 @@ def _calibrate_dense(records: Sequence[RunRecord], fitted_on: str, say: Callable
             "cross_validated_by_source": table(cv),
             "cross_validated_by_gpu": table(cv_gpu),
             "in_sample": table(insample),
-        },
+        } | ({"warnings": warnings} if warnings else {}),
         uncertainty=build_uncertainty(rows).model_copy(update={"coverage": coverage(rows)}),
     )
     calibration._heldout = rows
