@@ -21,6 +21,7 @@ from optlayout.solver.oracle import oracle_ranking
 from optlayout.solver.space import SpaceOptions, enumerate_groups, node_key, space_nodes, space_options
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec, Recompute
 from optlayout.topology import topology_from_cluster
+from tests.conftest import ROOT
 
 NO_RESERVE = CostParams(runtime_reserve_bytes=0)
 # An uncertainty under which the small problems' layouts get different conservative factors: regimes with their own
@@ -286,6 +287,29 @@ def test_explain_ranks_users_layout(cli) -> None:
     assert {t["term"] for t in data["terms"]} == {
         "compute", "exposed TP communication", "exposed CP communication", "exposed EP communication",
         "pipeline send/receive", "pipeline bubble", "exposed DP communication", "optimizer step", "step overhead"}
+
+
+def test_search_limits_are_stated_and_max_raises_them(cli) -> None:
+    # the space bounds micro-batch, vp and cp beyond the rules; "optimal" holds within them, which solve states
+    worked = ["--model", "llama3.1-70b", "--topology", str(ROOT / "topologies" / "worked-example-256x80gb.yaml"),
+              "--seq-len", "4096", "--global-batch", "512", "--top", "1", "--json"]  # fmt: skip
+    default = json.loads(cli("solve", *worked).stdout)
+    assert default["search_limits"] == {"micro_batch": 16, "vp": 8, "cp": 64}
+    wider = json.loads(cli("solve", *worked, "--max", "vp=40").stdout)
+    assert wider["search_limits"]["vp"] == 40 and wider["status"] == "optimal"
+    best = [d["layouts"][0]["prediction"]["tokens_per_s_per_gpu"] for d in (default, wider)]
+    assert best[1] >= best[0]  # a superset of the space: never a worse optimum
+    # 1M tokens on 1,024 GPUs at one sequence per step needs tp x cp = 1,024 (pp needs >= pp micro-batches): cp 128
+    long = ["--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=1024", "--seq-len", "1048576",
+            "--global-batch", "1", "--top", "1"]  # fmt: skip
+    refused = cli("solve", *long)
+    assert refused.returncode == 1 and "(searched mb <= 16, vp <= 8, cp <= 64; --max raises them)" in refused.stderr
+    raised = json.loads(cli("solve", *long, "--max", "cp=128", "--json").stdout)
+    assert raised["status"] == "optimal" and raised["layouts"][0]["layout"]["cp"] == 128
+    # explain ranks a layout beyond the default limits among a space raised to hold it, never above the "best"
+    mine = "tp=4,pp=2,vp=20,dp=32,mb=2,ga=8,sharding=zero2,recompute=none,sp"
+    report = json.loads(cli("explain", *worked[:-3], "--layout", mine, "--json").stdout)
+    assert report["search_limits"]["vp"] == 20 and report["best_mfu"] >= report["mfu"]
 
 
 def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:

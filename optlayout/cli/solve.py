@@ -27,7 +27,8 @@ PinOpt = Annotated[
 ]
 MaxOpt = Annotated[
     list[str] | None,
-    typer.Option("--max", help=f"upper bound ({', '.join(a.key for a in SEARCHED_AXES if a.numeric)}): --max pp=16"),
+    typer.Option("--max", help=f"upper bound ({', '.join(a.key for a in SEARCHED_AXES if a.numeric)}): --max pp=16; "
+                 "for mb, vp and cp it is the search limit (default mb 16, vp 8, cp 64), which it may raise"),
 ]
 ExcludeOpt = Annotated[
     list[str] | None, typer.Option("--exclude", help=f"forbid a value ({_FIELDS}): --exclude recompute=full")
@@ -397,6 +398,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "objective": plan.objective,
         "robust": plan.robust,
         "diagnosis": plan.diagnosis,
+        "search_limits": plan.search_limits,
         "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
@@ -422,6 +424,17 @@ def _layout_json(p: PlannedLayout) -> dict[str, Any]:
     return row
 
 
+def _limits_text(limits: dict[str, int]) -> str:
+    from optlayout.solver.space import describe_limits
+
+    return describe_limits(limits)
+
+
+def _within(plan: Plan) -> str:
+    """The search limits the status holds within, for people."""
+    return f" within {_limits_text(plan.search_limits)} (--max raises them)" if plan.search_limits else ""
+
+
 def print_plan(plan: Plan) -> None:
     from optlayout.solver.explain import why_it_lost
 
@@ -435,7 +448,8 @@ def print_plan(plan: Plan) -> None:
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}"
         + (f", {plan.job.numerics}" if plan.job.fp8_recipe else "")
         + ": "
-        f"[bold]{plan.status}[/bold] over {plan.candidates} candidates (CP-SAT {plan.cpsat_time_s:.3f} s)"
+        f"[bold]{plan.status}[/bold]{_within(plan)} over {plan.candidates} candidates (CP-SAT "
+        f"{plan.cpsat_time_s:.3f} s)"
         + (" (objective: goodput)" if plan.objective == "goodput" else "")
         + (" (robust: ranked by the 80% interval's low end)" if plan.robust else "")
     )
@@ -571,7 +585,8 @@ def explain_command(
         f"your layout {report['layout']}"
         + (f" ({job.numerics})" if job.fp8_recipe else "")
         + ": "
-        + (f"rank {rank} of {report['feasible']} feasible layouts" if rank else "[red]does not fit memory[/red]")
+        + (f"rank {rank} of {report['feasible']} feasible layouts ({_limits_text(report['search_limits'])})"
+           if rank else "[red]does not fit memory[/red]")
         + (f" (its twin {report['twin_ahead']} ranks in its stead)" if rank and report["twin_ahead"] else "")
         + f", MFU {report['mfu']:.1%} vs best {report['best_mfu']:.1%} ({report['best_layout']})"
     )

@@ -17,6 +17,7 @@ from optlayout.layout import Layout, check_layout
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.search import ClusterInput, check_run_conditions, failure_input, storage_input
 from optlayout.solver.problem import Problem
+from optlayout.solver.space import SpaceOptions, search_limits, space_options
 from optlayout.specs import JobSpec
 from optlayout.topology import resolve_cluster
 
@@ -52,7 +53,10 @@ def explain_layout(
     spec = resolve_model(model)
     topo = resolve_cluster(cluster)
     check_layout(spec, job, layout, topo.num_gpus)
-    problem = Problem(spec, job, topo, params)
+    # ranked among the space searched with its limits raised to the layout's own (mb, vp, cp), so it is never
+    # outside what it is ranked against
+    options = space_options(maxima={a: max(v, getattr(layout, a)) for a, v in search_limits(SpaceOptions()).items()})
+    problem = Problem(spec, job, topo, params, options)
     mine = problem.table.candidate(layout)
     ranking = rank_problem(problem)
     if not ranking:
@@ -60,8 +64,8 @@ def explain_layout(
     best = ranking[0]
     position = next((i + 1 for i, c in enumerate(ranking) if c.layout == layout), None)
     if position is None and mine.prediction.fits:
-        # a legal layout outside the searched space (e.g. micro-batch above the search's maximum), or one whose twin
-        # ranks ahead (the twin rule, `twin_key`): rank by throughput
+        # a legal layout whose twin ranks ahead (the twin rule, `twin_key`), or one the space does not enumerate:
+        # rank by throughput
         position = 1 + sum(c.cluster_tokens_per_s > mine.cluster_tokens_per_s for c in ranking)
     # its twin ranked in its stead at no lower throughput (as compare's `twin_ahead`); not the layout itself, ranked
     # at its best accumulation, nor a slower twin ranked because the layout is over memory
@@ -72,6 +76,7 @@ def explain_layout(
         "rank": position,
         "twin_ahead": twin.short() if twin is not None else None,  # its twin, ranked in its stead (twin rule)
         "feasible": len(ranking),
+        "search_limits": search_limits(options),
         "fits": mine.prediction.fits,
         "mfu": mine.prediction.mfu,
         "best_layout": best.layout.short(),

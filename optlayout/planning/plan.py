@@ -134,6 +134,10 @@ class Plan(BaseModel):
     replan: Replan | None = None
     layouts: list[PlannedLayout] = Field(default_factory=list)
     diagnosis: str | None = None
+    search_limits: dict[str, int] = Field(
+        default_factory=dict, description="the bounds beyond the rules the space was searched under (micro_batch, "
+        "vp, cp): 'optimal' holds within them; `--max` sets them"
+    )  # fmt: skip
 
     def model_post_init(self, _context: Any) -> None:
         for planned in self.layouts:

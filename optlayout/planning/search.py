@@ -28,7 +28,7 @@ from optlayout.runs.uncertainty import LayoutUncertainty, Uncertainty
 from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_skyline
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.problem import Problem
-from optlayout.solver.space import SpaceOptions, space_options
+from optlayout.solver.space import SpaceOptions, describe_limits, search_limits, space_options
 from optlayout.specs import ClusterSpec, JobSpec
 from optlayout.timings import PhaseClock
 from optlayout.topology import LoadedCluster, Topology, load_cluster
@@ -206,6 +206,7 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
         else:
             diagnosis = diagnose_empty_space(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                              problem.options)  # fmt: skip
+            diagnosis += f" (searched {describe_limits(search_limits(problem.options))}; --max raises them)"
     with clock.phase("output"):  # the answer: predictions and run conditions of the layouts found
         gm = request.goodput_model()
         slowdown = request.straggler_slowdown
@@ -243,4 +244,5 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
         straggler_slowdown=slowdown,
         layouts=planned,
         diagnosis=diagnosis,
+        search_limits=search_limits(problem.options),
     )

@@ -94,12 +94,29 @@ def space_options(
     bubble = switches.get("max_bubble_fraction")
     if bubble is not None and not 0 <= bubble <= 1:
         raise InputError(f"max-bubble: a fraction in [0, 1] (got {bubble})")
-    # a pinned value above a search limit raises the limit rather than emptying the space
+    # `--max` sets a search limit (raising it too); a pinned value above the limit raises it rather than emptying
+    # the space
     defaults = {f.name: f.default for f in dataclasses.fields(SpaceOptions)}
-    for pin, limit in (("micro_batch", "max_micro_batch"), ("vp", "max_vp"), ("cp", "max_cp")):
-        if pin in pinned:
-            switches[limit] = max(int(switches.get(limit, defaults[limit])), int(str(pinned[pin])))
+    for axis, limit in SEARCH_LIMITS.items():
+        if axis in maxed:
+            switches[limit] = maxed[axis]
+        if axis in pinned:
+            switches[limit] = max(int(switches.get(limit, defaults[limit])), int(str(pinned[axis])))
     return SpaceOptions(pins=pinned, maxima=maxed, exclude=excluded, **switches)
+
+
+SEARCH_LIMITS: Final = {"micro_batch": "max_micro_batch", "vp": "max_vp", "cp": "max_cp"}
+"""The axes the space bounds beyond the rules (the SpaceOptions field of each): "optimal" holds within them."""
+
+
+def search_limits(options: SpaceOptions) -> dict[str, int]:
+    """The bounds the space was searched under, by axis (`SEARCH_LIMITS`)."""
+    return {axis: int(getattr(options, limit)) for axis, limit in SEARCH_LIMITS.items()}
+
+
+def describe_limits(limits: Mapping[str, int]) -> str:
+    """`mb <= 16, vp <= 8, cp <= 64`, in the layout's own keys."""
+    return ", ".join(f"{_PINNABLE[axis].keys[0]} <= {value}" for axis, value in limits.items())
 
 
 def pinned_modules(model: ModelSpec, options: SpaceOptions) -> tuple[RecomputeModule, ...] | None:
