@@ -236,3 +236,23 @@ def test_the_space_builds_its_layouts_as_unchecked_does() -> None:
             list(one.__dict__.items()) == list(want.__dict__.items()) and one.model_fields_set == want.model_fields_set
         )
     assert seen > 100
+
+
+def test_sequence_parallelism_needs_an_even_split_of_each_cp_ranks_tokens() -> None:
+    # Megatron's SP scatters each CP rank's seq / cp tokens over tp (an uneven split asserts): 4,099 tokens split
+    # over no tp > 1; 8,196 = 4 x 2,049 over cp 2 leaves 4,098 per rank: tp 2 splits them, tp 4 does not
+    from optlayout.layout import layout_problems, parse_layout
+    from optlayout.presets import model_preset
+    from optlayout.solver.space import enumerate_groups
+
+    model = model_preset("llama3.1-8b")
+    odd = JobSpec(seq_len=4099, global_batch=64)
+    assert not any(True in g.sequence_parallel for g in enumerate_groups(model, odd, 16, 8, space_options()))
+    assert any(True in g.sequence_parallel for g in enumerate_groups(model, JobSpec(seq_len=4096, global_batch=64),
+                                                                    16, 8, space_options()))  # fmt: skip
+    problems = layout_problems(model, odd, parse_layout("tp=2,dp=8,mb=1,ga=8,sp"), 16)
+    assert problems == ["sequence_parallel: the 4099 tokens per CP rank do not split evenly over tp (2)"]
+    assert layout_problems(model, odd, parse_layout("tp=2,dp=8,mb=1,ga=8"), 16) == []
+    even = JobSpec(seq_len=8196, global_batch=64)
+    assert layout_problems(model, even, parse_layout("tp=2,cp=2,dp=4,mb=1,ga=16,sp"), 16) == []
+    assert "over tp (4)" in layout_problems(model, even, parse_layout("tp=4,cp=2,dp=2,mb=1,ga=32,sp"), 16)[0]

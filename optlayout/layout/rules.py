@@ -59,6 +59,12 @@ def cp_fits_sequence(seq_len: int, cp: int) -> bool:
     return cp == 1 or seq_len % (2 * cp) == 0
 
 
+def sp_fits_sequence(seq_len: int, cp: int, tp: int) -> bool:
+    """Sequence parallelism splits each CP rank's seq_len / cp tokens evenly over the tp ranks (Megatron's
+    scatter_to_sequence_parallel_region asserts the split is even)."""
+    return (seq_len // cp) % tp == 0
+
+
 def pp_fits_layers(layers: int, pp: int) -> bool:
     """Every pipeline stage holds at least one layer."""
     return pp <= layers
@@ -115,6 +121,9 @@ def layout_problems(model: ModelSpec, job: JobSpec, layout: Layout, gpus: int) -
         problems.append(f"pp ({layout.pp}) exceeds the layer count ({model.layers})")
     if not cp_fits_sequence(job.seq_len, layout.cp):
         problems.append(f"seq_len ({job.seq_len}) not divisible by 2*cp ({2 * layout.cp}) for load-balanced CP")
+    elif layout.sequence_parallel and not sp_fits_sequence(job.seq_len, layout.cp, layout.tp):
+        problems.append(f"sequence_parallel: the {job.seq_len // layout.cp} tokens per CP rank do not split evenly "
+                        f"over tp ({layout.tp})")  # fmt: skip
     try:
         counts = stage_split(layout, model.layers)
     except ValueError as exc:

@@ -24,6 +24,7 @@ from optlayout.layout.rules import (
     expert_degree_problems,
     field_conflicts,
     pp_fits_layers,
+    sp_fits_sequence,
     tp_fits_heads,
 )
 from optlayout.layout.stages import split_layers, stage_layer_counts, vp_fits, warmup_chunks
@@ -368,6 +369,9 @@ def _group_specs(
         for cp in _divisors(gpus // tp):
             if cp > options.max_cp or not cp_fits_sequence(job.seq_len, cp) or not _allowed(options, "cp", cp):
                 continue
+            cp_sps = tuple(sp for sp in sps if not sp or sp_fits_sequence(job.seq_len, cp, tp))
+            if not cp_sps:
+                continue
             for pp in _divisors(gpus // (tp * cp)):
                 if not pp_fits_layers(model.layers, pp) or not _allowed(options, "pp", pp):
                     continue
@@ -375,7 +379,7 @@ def _group_specs(
                 if split is None:
                     continue
                 yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shared.shardings,
-                                   sps, shared.recompute_layers)  # fmt: skip
+                                   cp_sps, shared.recompute_layers)  # fmt: skip
 
 
 def _groups(
