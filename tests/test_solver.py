@@ -312,6 +312,22 @@ def test_search_limits_are_stated_and_max_raises_them(cli) -> None:
     assert report["search_limits"]["vp"] == 20 and report["best_mfu"] >= report["mfu"]
 
 
+def test_a_plan_that_leaves_gpus_idle_is_usable_downstream(cli, tmp_path) -> None:
+    # 70B on 200 GPUs at 512 sequences: the best layouts use 160 (dp 8 of 20-GPU model replicas), 40 idle
+    path = tmp_path / "idle.json"
+    args = ["--model", "llama3.1-70b", "--cluster", "gpu=h100-sxm,gpus=200", "--seq-len", "4096", "--global-batch",
+            "512", "--allow-idle", "--top", "2"]  # fmt: skip
+    solved = cli("solve", *args, "--save", str(path))
+    assert solved.returncode == 0, solved.stderr
+    data = json.loads(cli("solve", *args, "--json").stdout)
+    used = data["layouts"][0]["gpus_used"]
+    assert data["allow_idle_gpus"] and used < 200 and f"#1 uses {used} of 200 ({200 - used} idle)" in solved.stdout
+    emitted = cli("emit", "-f", "megatron", "--plan", str(path))
+    assert emitted.returncode == 0, emitted.stderr
+    assert f"uses {used} of the plan's 200 GPUs" in emitted.stderr and f"# world {used} = " in emitted.stderr
+    assert cli("solve", "--from-plan", str(path), "--gpus", "256").returncode == 0
+
+
 def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:
     from optlayout.planning.plan import Plan
 

@@ -69,6 +69,9 @@ def register(app: typer.Typer) -> None:
             saved = Plan.load(plan)
             chosen = saved.layout_at(rank)
             spec, job, lay, per_node = saved.model, saved.job, chosen.layout, saved.gpus_per_server
+            if lay.gpus < saved.gpus:
+                typer.echo(f"# layout {rank} uses {lay.gpus} of the plan's {saved.gpus} GPUs (solved with "
+                           f"--allow-idle): launch it on {lay.gpus} GPUs", err=True)  # fmt: skip
         else:
             if layout is None or seq_len is None:
                 raise InputError("emit: give --plan plan.json, or --layout with --seq-len and --model")

@@ -399,6 +399,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "robust": plan.robust,
         "diagnosis": plan.diagnosis,
         "search_limits": plan.search_limits,
+        "allow_idle_gpus": plan.allow_idle_gpus,
         "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
@@ -414,7 +415,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
 
 def _layout_json(p: PlannedLayout) -> dict[str, Any]:
-    row = {"rank": p.rank, "layout": p.layout.model_dump(mode="json"), "prediction": p.prediction.model_dump()}
+    row = {"rank": p.rank, "layout": p.layout.model_dump(mode="json"), "gpus_used": p.layout.gpus,
+           "prediction": p.prediction.model_dump()}  # fmt: skip
     if p.goodput is not None:
         row["goodput"] = p.goodput.model_dump(mode="json")
     if p.straggler is not None:
@@ -484,6 +486,11 @@ def print_plan(plan: Plan) -> None:
             ]  # fmt: skip
         table.add_row(*row)
     con.print(table)
+    idle = [p for p in plan.layouts if p.layout.gpus < plan.gpus]
+    if idle:
+        con.print("  idle GPUs (--allow-idle): " + "; ".join(
+            f"#{p.rank} uses {p.layout.gpus} of {plan.gpus} ({plan.gpus - p.layout.gpus} idle)" for p in idle),
+            soft_wrap=True)  # fmt: skip
     for p in plan.layouts:
         if p.support is not None and p.support.unsupported:
             con.print(f"  #{p.rank}*: no calibration run covers {'; '.join(p.support.unsupported)}", soft_wrap=True)

@@ -134,6 +134,7 @@ class Plan(BaseModel):
     replan: Replan | None = None
     layouts: list[PlannedLayout] = Field(default_factory=list)
     diagnosis: str | None = None
+    allow_idle_gpus: bool = Field(False, description="layouts may leave GPUs idle (solve --allow-idle)")
     search_limits: dict[str, int] = Field(
         default_factory=dict, description="the bounds beyond the rules the space was searched under (micro_batch, "
         "vp, cp): 'optimal' holds within them; `--max` sets them"
@@ -188,7 +189,9 @@ class Plan(BaseModel):
         from optlayout.layout import layout_problems
 
         for planned in plan.layouts:
-            problems = layout_problems(plan.model, plan.job, planned.layout, plan.gpus)
+            used = planned.layout.gpus
+            gpus = used if plan.allow_idle_gpus and used <= plan.gpus else plan.gpus  # idle GPUs, as solved
+            problems = layout_problems(plan.model, plan.job, planned.layout, gpus)
             if problems:
                 raise InputError(f"plan: layout {planned.rank} is illegal: {'; '.join(problems)}")
         return plan

@@ -244,5 +244,6 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
         straggler_slowdown=slowdown,
         layouts=planned,
         diagnosis=diagnosis,
+        allow_idle_gpus=problem.options.allow_idle_gpus,
         search_limits=search_limits(problem.options),
     )
