@@ -71,6 +71,24 @@ def test_record_optimizer_muon(tmp_path) -> None:
     assert read_runs(path)[0].job_spec().optimizer_bytes_per_param == 8.0
 
 
+def test_record_states_ep_overlap(tmp_path) -> None:
+    # GPT-OSS 120B on 64 GB300 at ep 16, no pipeline: Megatron allows the overlap there, and the record's flag
+    # reaches the job; unstated, it is off and said so
+    from optlayout.runs.predict import assumed_fields, predict_run
+
+    raw = json.loads((RUNS / "megatron_bridge_moe.jsonl").read_text().splitlines()[0])
+    assert "moe_ep_overlap" not in raw["job"]
+    path = tmp_path / "overlap.jsonl"
+    stated = raw | {"id": "on", "job": raw["job"] | {"moe_ep_overlap": True}}
+    path.write_text(json.dumps(raw) + "\n" + json.dumps(stated) + "\n")
+    off, on = read_runs(path)
+    assert (off.job_spec().moe_ep_overlap, on.job_spec().moe_ep_overlap) == (False, True)
+    assert "moe_ep_overlap" in assumed_fields(off) and "moe_ep_overlap" not in assumed_fields(on)
+    assert off.group_key != on.group_key  # never ranked in one space built from the other's job
+    fast, slow = (predict_run(r).prediction.tokens_per_s_per_gpu for r in (on, off))
+    assert fast > slow
+
+
 def test_a_bad_moe_record_names_the_field(tmp_path) -> None:
     raw = json.loads(MOE_RUNS.read_text().splitlines()[0])
     raw["model"]["moe"]["top_k"] = 9

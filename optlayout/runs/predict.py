@@ -48,6 +48,7 @@ def assumed_fields(record: RunRecord) -> dict[str, dict[str, Any]]:
     """Job and cluster fields the record leaves unstated, with the value assumed and why."""
     job: dict[str, tuple[object, str | None]] = {
            "attention_kernel": record.attention_kernel(), "moe_dispatcher": record.moe_dispatcher(),
+           "moe_ep_overlap": record.moe_ep_overlap(),
            "dropout": record.dropout(), "fp8_param_gather": record.fp8_param_gather()}  # fmt: skip
     dtypes, why = record.optimizer_state()
     job |= {name: (dtype, why) for name, dtype in dtypes.items()}

@@ -70,6 +70,9 @@ class RunJob(BaseModel):
     )
     moe_routing: MoeRouting | None = Field(None, description="balanced (forced uniform, dropless); null = real routing")
     moe_dispatcher: MoeDispatcher | None = Field(None, description="alltoall | flex; null = not stated")
+    moe_ep_overlap: bool | None = Field(
+        None, description="Megatron --overlap-moe-expert-parallel-comm; null = not stated (off, Megatron's default)"
+    )
     optimizer: Optimizer = "adam"
     dropout: bool | None = Field(None, description="dropout layers active; null = not stated (assumed off)")
     fp8_param_gather: bool | None = Field(None, description="FP8 primary weights; null = not stated (the recipe's)")
@@ -501,6 +504,13 @@ class RunRecord(BaseModel):
             return self.job.dropout, None
         return False, "not stated: dropout off, as in the pretraining recipes of the published sources"
 
+    def moe_ep_overlap(self) -> tuple[bool, str | None]:
+        """Whether the run hid the expert all-to-all under other micro-batches' compute, and why that was assumed
+        (None when stated or without expert parallelism)."""
+        if self.job.moe_ep_overlap is not None or self.model.moe is None:
+            return bool(self.job.moe_ep_overlap), None
+        return False, "not stated: off, Megatron's default (--overlap-moe-expert-parallel-comm)"
+
     def notes(self) -> list[str]:
         """What a prediction of this run does not model of what the record states, one line each."""
         return [note for note in (fp8_pricing_note(self.job.fp8_recipe), self.recipe_mismatch()) if note]
@@ -584,8 +594,8 @@ class RunRecord(BaseModel):
         fields: dict[str, Any] = dict(
             seq_len=job.seq_len, global_batch=job.global_batch, precision=job.precision, fp8_recipe=job.fp8_recipe,
             attention_kernel=self.attention_kernel()[0], moe_routing=job.moe_routing,
-            moe_dispatcher=self.moe_dispatcher()[0], optimizer=job.optimizer, dropout=self.dropout()[0],
-            fp8_param_gather=self.fp8_param_gather()[0])  # fmt: skip
+            moe_dispatcher=self.moe_dispatcher()[0], moe_ep_overlap=self.moe_ep_overlap()[0], optimizer=job.optimizer,
+            dropout=self.dropout()[0], fp8_param_gather=self.fp8_param_gather()[0])  # fmt: skip
         return JobSpec(**(fields | self.optimizer_state()[0]))
 
     @property
@@ -595,7 +605,7 @@ class RunRecord(BaseModel):
         state = tuple(sorted(self.optimizer_state()[0].items()))
         return (self.model.name, self.cluster.gpu, self.cluster.gpus, self.job.seq_len, self.job.global_batch,
                 self.job.precision, self.job.fp8_recipe, self.fp8_param_gather()[0], state,
-                self.attention_kernel()[0], self.dropout()[0])  # fmt: skip
+                self.attention_kernel()[0], self.dropout()[0], self.moe_ep_overlap()[0])  # fmt: skip
 
 
 def _record(raw: Any, where: str) -> RunRecord:
