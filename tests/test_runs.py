@@ -271,6 +271,14 @@ def test_runs_file_with_a_missing_field(cli, tmp_path):
     _one_line_error(cli("compare", str(missing), "--no-rank"), "line 1", "model.hidden")
 
 
+def test_runs_file_with_an_unknown_job_field(cli, tmp_path):
+    raw = json.loads(RUNS_JSONL.read_text().splitlines()[0])
+    raw["job"]["moe_dispacher"] = "flex"  # misspelt: it would change nothing if read
+    typo = tmp_path / "typo.jsonl"
+    typo.write_text(json.dumps(raw) + "\n")
+    _one_line_error(cli("compare", str(typo), "--no-rank"), "line 1", "job.moe_dispacher")
+
+
 def test_empty_runs_file(cli, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

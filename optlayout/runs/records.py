@@ -59,7 +59,8 @@ EXPERT_FIELDS = ("ep", "etp")  # a dense model has none: absent or null, they ar
 
 
 class RunJob(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    # every job field changes a prediction: an unknown one (a misspelt moe_dispatcher) is refused, never ignored
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
     global_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
