@@ -257,6 +257,22 @@ def test_an_impossible_recomputation_pin_is_diagnosed_by_its_rule(pins, exclude,
     assert fits.layouts and all(p.layout.recompute_layers == 8 for p in fits.layouts)
 
 
+def test_cli_excludes_several_values_of_one_field(cli) -> None:
+    base = ("solve", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=64", "--seq-len", "4096",
+            "--global-batch", "1024", "--top", "5", "--json")  # fmt: skip
+    out = cli(*base, "--exclude", "recompute=full", "--exclude", "recompute=selective", "--exclude", "tp=1",
+              "--exclude", "tp=2")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    layouts = [p["layout"] for p in json.loads(out.stdout)["layouts"]]
+    assert len(layouts) == 5 and all(lay["recompute"] == "none" and lay["tp"] > 2 for lay in layouts)
+    comma = cli(*base, "--exclude", "recompute=full,selective")
+    assert comma.returncode == 2 and comma.stderr.startswith("error: exclude: 'selective'"), comma.stderr
+    assert "--exclude recompute=full --exclude recompute=selective" in comma.stderr
+    for option, word in (("--exclude", "exclude"), ("--max", "max"), ("--pin", "pin")):
+        unknown = cli(*base, option, "tq=2")
+        assert unknown.returncode == 2 and unknown.stderr.startswith(f"error: {word}: unknown layout field 'tq'")
+
+
 def test_pins_and_maxima_are_respected() -> None:
     plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64), top=3,
                  pins={"tp": 2, "sharding": "fsdp"}, maxima={"pp": 1})  # fmt: skip

@@ -49,20 +49,20 @@ class SpaceOptions:
     all_grad_accum: bool = False  # the oracle walks every accumulation; the solver only the largest legal one
 
 
-def normalize_key(key: str) -> str:
-    """The field a pin names (`mb` -> `micro_batch`); only searched axes can be pinned."""
+def normalize_key(key: str, what: str = "pin") -> str:
+    """The field a pin (a maximum, an exclusion: `what`) names (`mb` -> `micro_batch`); only searched axes."""
     axis = _PINNABLE.get(key.strip())
     if axis is None:
-        raise InputError(f"pin: unknown layout field {key.strip()!r} (known: {', '.join(PIN_KEYS)})")
+        raise InputError(f"{what}: unknown layout field {key.strip()!r} (known: {', '.join(PIN_KEYS)})")
     return axis.name
 
 
-def coerce_value(key: str, value: object) -> object:
-    """Turn a pin value into the field's type with a one-line error naming the field."""
+def coerce_value(key: str, value: object, what: str = "pin") -> object:
+    """Turn a pin (maximum, exclusion) value into the field's type with a one-line error naming the field."""
     try:
         return _PINNABLE[key].parse(value)
     except ValueError:
-        raise InputError(f"pin: {key}={value!r} is not a valid value") from None
+        raise InputError(f"{what}: {key}={value!r} is not a valid value") from None
 
 
 def space_options(
@@ -76,15 +76,16 @@ def space_options(
     pinned = {normalize_key(k): coerce_value(normalize_key(k), v) for k, v in (pins or {}).items()}
     maxed: dict[str, int] = {}
     for key, value in (maxima or {}).items():
-        name = normalize_key(key)
+        name = normalize_key(key, "max")
         if not _PINNABLE[name].numeric:
             raise InputError(f"max: {name} is not a number; use --pin or --exclude")
         if name == "recompute_layers":
             raise InputError("max: recompute_layers is searched as the fewest that fit; pin it to fix it")
-        maxed[name] = int(str(coerce_value(name, value)))
-    excluded = {
-        normalize_key(k): frozenset(coerce_value(normalize_key(k), v) for v in vs) for k, vs in (exclude or {}).items()
-    }
+        maxed[name] = int(str(coerce_value(name, value, "max")))
+    excluded: dict[str, frozenset[object]] = {}
+    for key, values in (exclude or {}).items():  # several values of a field forbid them all
+        name = normalize_key(key, "exclude")
+        excluded[name] = excluded.get(name, frozenset()) | {coerce_value(name, v, "exclude") for v in values}
     if "recompute_layers" in excluded:
         raise InputError("exclude: recompute_layers is searched as the fewest that fit; pin it to fix it")
     if "recompute_modules" in excluded:
