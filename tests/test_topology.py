@@ -395,6 +395,17 @@ def test_disconnected_servers_are_refused():
         topology_from_dict(doc)
 
 
+@pytest.mark.parametrize("text", ["", "  ", "h100-sxm"])
+def test_cli_cluster_that_is_no_shorthand_is_named_as_such(cli, text: str) -> None:
+    for args in (("topology", "show"), ("solve", "--model", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "8")):
+        out = cli(*args, "--cluster", text)
+        assert out.returncode == 2 and out.stderr.strip() == (
+            f"error: cluster: {text!r} is neither a cluster shorthand (gpu=...,gpus=..., e.g. gpu=h100-sxm,gpus=64) "
+            "nor a topology file"
+        ), out.stderr
+    assert "no such file 'x.yaml'" in cli("topology", "show", "--cluster", "x.yaml").stderr  # a file name stays one
+
+
 def test_file_errors(tmp_path: Path):
     with pytest.raises(OptlayoutError, match="topology: no such file"):
         load_topology(tmp_path / "missing.yaml")
