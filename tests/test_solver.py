@@ -243,7 +243,8 @@ def test_batch_bound_no_layout_can_meet() -> None:
          " (the model's 32 layers over pp x vp = 4 chunks)"),
         ({"rl": 4}, {"recompute": ["full"]}, "recompute_layers: a layer count (4) is full recomputation's, but "
          "recompute=full is excluded"),
-        ({"recompute": "full"}, {"recompute": ["full"]}, "recompute: your pins and exclusions leave no recomputation"),
+        ({"recompute": "full"}, {"recompute": ["full"]}, "recompute: your pins and exclusions forbid every value "
+         "(none, selective, full)"),
     ],
 )  # fmt: skip
 def test_an_impossible_recomputation_pin_is_diagnosed_by_its_rule(pins, exclude, said) -> None:

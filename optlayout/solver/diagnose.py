@@ -50,9 +50,9 @@ def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size:
 def _choices_problem(model: ModelSpec, options: SpaceOptions) -> str | None:
     """The rule that pins and exclusions of the sharding, the recomputation and its layer count break, if any."""
     if not any(allowed(options, "sharding", s) for s in Sharding):
-        return "sharding: your pins and exclusions leave no sharding (none, zero1, zero2, fsdp)"
+        return f"sharding: your pins and exclusions forbid every value ({', '.join(s.value for s in Sharding)})"
     if not any(allowed(options, "recompute", r) for r in Recompute):
-        return "recompute: your pins and exclusions leave no recomputation (none, selective, full)"
+        return f"recompute: your pins and exclusions forbid every value ({', '.join(r.value for r in Recompute)})"
     layers = options.pins.get("recompute_layers")
     if not isinstance(layers, int):
         return None
