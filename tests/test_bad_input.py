@@ -321,6 +321,31 @@ def test_megatron_counters_must_be_finite(field: str, value: str) -> None:
     refused(lambda: measure_megatron(bad, 8192, 128, 8), f"{field!r} is not a finite number ({value!r})")
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("elapsed time per iteration (ms)", "0.0"), ("elapsed time per iteration (ms)", "-12.5"),
+     ("global batch size", "0")],
+)  # fmt: skip
+def test_megatron_times_and_batches_must_be_positive(field: str, value: str) -> None:
+    import re
+
+    from optlayout.runs.logs import measure_megatron
+
+    text = (FIXTURES / "runs" / "megatron_llama31_8b.log").read_text()
+    bad = re.sub(re.escape(field) + r":\s*[^|]*", f"{field}: {value} ", text)  # every line, as a broken logger writes
+    message = refused(lambda: measure_megatron(bad, 8192, 128, 8), f"{field!r} is {value}, not positive")
+    assert "has no" not in message
+
+
+def test_torchtitan_tokens_per_s_must_be_positive() -> None:
+    import re
+
+    from optlayout.runs.logs import measure_torchtitan
+
+    text = re.sub(r"tps: [0-9,.]+", "tps: 0", (FIXTURES / "runs" / "torchtitan_llama31_8b.log").read_text())
+    refused(lambda: measure_torchtitan(text, 8192, 8), "(step 1): tps is 0, not positive")
+
+
 def test_log_counts_of_thousands_of_digits_are_refused() -> None:
     from optlayout.runs.logs import measure_megatron, measure_torchtitan
 

@@ -309,6 +309,9 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
         "cut JSON": ("cut.json", text[: len(text) // 2], "truncated"),
         "empty trace": ("empty.json", b'{"traceEvents": []}', "no complete ('X') events"),
         "only metadata events": ("meta.json", b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "empty"),
+        "only 0-us events": ("zero_us.json", b'{"traceEvents": [{"name": "aten::mm", "ph": "X", "ts": 0, "dur": 0, '
+                             b'"pid": 1, "tid": 1, "cat": "cpu_op"}, {"name": "aten::add", "ph": "X", "ts": 5, '
+                             b'"pid": 1, "tid": 1}]}', "every complete ('X') event lasts 0 us (2 of them)"),
         "empty file": ("zero.json", b"", "empty file"),
         "binary": ("bin.json", bytes(range(256)) * 4, "not"),
     }
@@ -329,6 +332,7 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
         "cut JSON",
         "empty trace",
         "only metadata events",
+        "only 0-us events",
         "empty file",
         "binary",
     ],

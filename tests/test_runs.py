@@ -547,6 +547,38 @@ def test_compare_in_processes_raises_the_first_bad_run_of_the_file():
             compare_runs(runs, _default_params, rank_layouts=False, workers=workers)
 
 
+def test_compare_and_calibrate_name_the_rule_a_published_layout_breaks(cli, tmp_path):
+    """A published vp that cannot split the stages' layers is named as such (with the run), not as a layout
+    outside the searched space; the file is refused (no run is dropped silently)."""
+    raw = _raw_runs()
+    good = raw["dgxc-v24.11.1-llama318b-bf16-8g-35a9aec"]
+    bad = raw["nemo2407-llama27b-8g"] | {"id": "vp-unsplittable"}
+    bad["layout"] = bad["layout"] | {"pp": 2, "dp": 4, "vp": 3}  # 32 layers: 16 per stage, not 3 equal chunks
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    rule = "layers per stage [16] cannot be split into vp (3) chunks"
+    _one_line_error(cli("compare", str(runs), "--no-rank", "-j", "1"), "run vp-unsplittable", rule)
+    _one_line_error(cli("calibrate", str(runs), "-o", str(tmp_path / "cal.yaml")), "run vp-unsplittable", rule)
+
+
+def test_compare_and_calibrate_refuse_a_run_id_given_twice(cli, tmp_path):
+    line = RUNS_JSONL.read_text().splitlines()[0]
+    run_id = json.loads(line)["id"]
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(f"{line}\n\n{line}\n")
+    where = "twice.jsonl line 1 and twice.jsonl line 3"
+    _one_line_error(cli("compare", str(twice), "--no-rank", "-j", "1"), repr(run_id), where)
+    _one_line_error(cli("calibrate", str(twice), "-o", str(tmp_path / "cal.yaml")), repr(run_id), where)
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    lines = RUNS_JSONL.read_text().splitlines()
+    first.write_text(f"{lines[1]}\n{line}\n")
+    second.write_text(f"{line}\n")
+    proc = cli("calibrate", str(first), str(second), "-o", str(tmp_path / "cal.yaml"))
+    _one_line_error(proc, repr(run_id), "a.jsonl line 2 and b.jsonl line 1")
+    _one_line_error(cli("calibrate", str(second), str(second), "-o", str(tmp_path / "cal.yaml")), "given twice")
+    assert not (tmp_path / "cal.yaml").exists()
+
+
 def test_dropout_is_read_or_assumed_off_and_switched_on_from_the_cli(cli, compared):
     raw = _raw_runs()
     nvidia = RunRecord.model_validate(raw["dgxc-v24.11.1-llama318b-bf16-8g-35a9aec"])

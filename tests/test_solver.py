@@ -234,6 +234,47 @@ def test_batch_bound_no_layout_can_meet() -> None:
     assert "global batch" in plan.diagnosis and "dp >= 2" in plan.diagnosis
 
 
+@pytest.mark.parametrize(
+    ("pins", "exclude", "said"),
+    [
+        ({"recompute_layers": 100}, None, "recompute_layers: 100 layers recomputed per model chunk, but a chunk has at "
+         "most 32 (the model's 32 layers)"),
+        ({"rl": 33, "recompute": "full"}, None, "recompute_layers: 33 layers"),
+        ({"rl": 9, "pp": 4}, None, "recompute_layers: 9 layers recomputed per model chunk, but a chunk has at most 8"
+         " (the model's 32 layers over pp x vp = 4 chunks)"),
+        ({"rl": 4}, {"recompute": ["full"]}, "recompute_layers: a layer count (4) is full recomputation's, but "
+         "recompute=full is excluded"),
+        ({"recompute": "full"}, {"recompute": ["full"]}, "recompute: your pins and exclusions forbid every value "
+         "(none, selective, full)"),
+    ],
+)  # fmt: skip
+def test_an_impossible_recomputation_pin_is_diagnosed_by_its_rule(pins, exclude, said) -> None:
+    plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=64", JobSpec(seq_len=4096, global_batch=128), pins=pins,
+                 exclude=exclude)  # fmt: skip
+    assert plan.status == "infeasible"
+    assert plan.diagnosis.startswith(said.split(":")[0] + ":") and said in plan.diagnosis, plan.diagnosis
+    assert "global batch" not in plan.diagnosis
+    job = JobSpec(seq_len=4096, global_batch=128)
+    fits = solve("llama3.1-8b", "gpu=h100-sxm,gpus=64", job, pins={"rl": 8, "pp": 4})
+    assert fits.layouts and all(p.layout.recompute_layers == 8 for p in fits.layouts)
+
+
+def test_cli_excludes_several_values_of_one_field(cli) -> None:
+    base = ("solve", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=64", "--seq-len", "4096",
+            "--global-batch", "1024", "--top", "5", "--json")  # fmt: skip
+    out = cli(*base, "--exclude", "recompute=full", "--exclude", "recompute=selective", "--exclude", "tp=1",
+              "--exclude", "tp=2")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    layouts = [p["layout"] for p in json.loads(out.stdout)["layouts"]]
+    assert len(layouts) == 5 and all(lay["recompute"] == "none" and lay["tp"] > 2 for lay in layouts)
+    comma = cli(*base, "--exclude", "recompute=full,selective")
+    assert comma.returncode == 2 and comma.stderr.startswith("error: exclude: 'selective'"), comma.stderr
+    assert "--exclude recompute=full --exclude recompute=selective" in comma.stderr
+    for option, word in (("--exclude", "exclude"), ("--max", "max"), ("--pin", "pin")):
+        unknown = cli(*base, option, "tq=2")
+        assert unknown.returncode == 2 and unknown.stderr.startswith(f"error: {word}: unknown layout field 'tq'")
+
+
 def test_pins_and_maxima_are_respected() -> None:
     plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64), top=3,
                  pins={"tp": 2, "sharding": "fsdp"}, maxima={"pp": 1})  # fmt: skip

@@ -142,6 +142,23 @@ def test_unknown_gpu_says_how_to_describe_one(tmp_path, monkeypatch) -> None:
         gpu_preset("rtx6000")
 
 
+def test_a_gpu_file_entry_named_as_a_shipped_preset_replaces_it_and_says_so(cli, tmp_path, monkeypatch) -> None:
+    row = "  arch: hopper\n  memory_gib: 8\n  peak_tflops: {bf16: 10}\n  hbm_tbytes_per_s: 1\n"
+    row += "  scale_up_gbytes_per_s: 10\n  source: my datasheet\n"
+    spec = tmp_path / "gpus.yaml"
+    spec.write_text(f"H100-SXM:\n{row}z100:\n{row}")
+    monkeypatch.setenv("OPTLAYOUT_GPU_FILE", str(spec))
+    assert gpu_preset("h100-sxm").memory_bytes == 8 * 2**30  # the file's figures, as documented
+    out = cli("mfu", "--params", "7e9", "--tokens-per-s", "1000", "--gpu", "h100-sxm")
+    assert out.returncode == 0 and "of 10.0" in out.stdout, out.stderr
+    note = " ".join(out.stderr.split())
+    assert note.startswith("note: OPTLAYOUT_GPU_FILE") and "replaces the shipped GPU preset 'h100-sxm'" in note
+    assert out.stderr.count("note:") == 1
+    spec.write_text(f"z100:\n{row}")
+    quiet = cli("mfu", "--params", "7e9", "--tokens-per-s", "1000", "--gpu", "z100")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
 def test_hf_config_rope_and_norm_fields() -> None:
     cfg = {
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,

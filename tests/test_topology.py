@@ -395,6 +395,39 @@ def test_disconnected_servers_are_refused():
         topology_from_dict(doc)
 
 
+def test_show_of_an_irregular_explicit_topology_names_the_smaller_domains_and_the_slowest_link(cli, tmp_path):
+    doc = _explicit()
+    doc["edges"] = [e for e in doc["edges"] if (e["a"], e["b"]) != ("a/gpu0", "a/nvswitch")]
+    s = topology_from_dict(doc).summary()
+    assert (s["domains"], s["domain_size"], s["largest_domain_size"]) == (3, 1, 4)
+    assert s["smaller_domains"] == ["a/gpu0 (1 GPU, none)", "a/gpu1, a/gpu2, a/gpu3 (3 GPUs, nvswitch)"]
+    path = tmp_path / "nonvl.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    shown = " ".join(cli("topology", "show", str(path)).stdout.split())
+    assert "3 scale-up domain(s) of 1 to 4 GPUs (none, nvswitch)" in shown
+    assert "irregular: 2 domain(s) smaller than 4 GPUs: a/gpu0 (1 GPU, none); a/gpu1, a/gpu2, a/gpu3" in shown
+    assert "within 1 GPU" in shown
+    assert topology_from_dict(_explicit()).summary()["smaller_domains"] == []
+    slow = _explicit()
+    for edge in slow["edges"]:
+        if edge["a"].startswith("b/gpu") and edge["b"] == "b/nvswitch":
+            edge["gbytes_per_s"] = 10
+    up = topology_from_dict(slow).levels()[0]
+    assert (up["level"], up["gpus"], up["bandwidth_Bps"]) == ("scale-up", 4, 10e9)  # server b's links, not a's 450
+    assert topology_from_dict(_explicit()).levels()[0]["bandwidth_Bps"] == 450e9
+
+
+@pytest.mark.parametrize("text", ["", "  ", "h100-sxm"])
+def test_cli_cluster_that_is_no_shorthand_is_named_as_such(cli, text: str) -> None:
+    for args in (("topology", "show"), ("solve", "--model", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "8")):
+        out = cli(*args, "--cluster", text)
+        assert out.returncode == 2 and out.stderr.strip() == (
+            f"error: cluster: {text!r} is neither a cluster shorthand (gpu=...,gpus=..., e.g. gpu=h100-sxm,gpus=64) "
+            "nor a topology file"
+        ), out.stderr
+    assert "no such file 'x.yaml'" in cli("topology", "show", "--cluster", "x.yaml").stderr  # a file name stays one
+
+
 def test_file_errors(tmp_path: Path):
     with pytest.raises(OptlayoutError, match="topology: no such file"):
         load_topology(tmp_path / "missing.yaml")

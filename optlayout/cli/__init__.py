@@ -9,6 +9,7 @@ exit status 2, never a traceback.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Iterator, MutableMapping
@@ -168,6 +169,27 @@ def main() -> None:
     global main_started_s
     main_started_s = IMPORTED_S
     gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        _main()
+    finally:
+        _note_replaced_gpus()
+
+
+def _note_replaced_gpus() -> None:
+    """A note on stderr for each shipped GPU preset `OPTLAYOUT_GPU_FILE` replaces, once a command read presets."""
+    presets = sys.modules.get("optlayout.presets")
+    if presets is None:
+        return
+    for name in presets.replaced_presets():
+        typer.echo(
+            f"note: {presets.GPU_FILE_ENV} ({os.environ[presets.GPU_FILE_ENV]}) replaces the shipped GPU preset "
+            f"{name!r} with its own figures, for every topology, run and calibration naming {name}; give the GPU "
+            "another name to keep the preset",
+            err=True,
+        )
+
+
+def _main() -> None:
     try:
         code = app(standalone_mode=False)  # typer.Exit(n) comes back as the return value here
         if isinstance(code, int) and code:

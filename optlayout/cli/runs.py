@@ -130,7 +130,16 @@ def calibrate_command(
     from optlayout.runs.calibrate import calibrate
 
     outputs.check_outputs((("--output", output), ("--heldout", heldout)), runs)
-    records = [rec for path in runs for rec in _read(path)]
+    from optlayout.runs.records import read_located_runs, refuse_repeated_ids
+
+    seen: set[Path] = set()
+    for path in runs:
+        if path.resolve() in seen:
+            raise InputError(f"runs: {path} is given twice; give each file once")
+        seen.add(path.resolve())
+    located = [item for path in runs for item in read_located_runs(path)]
+    refuse_repeated_ids(located)  # within a file and across the files
+    records = [rec for _where, rec in located]
     named = " + ".join(path.name for path in runs)
     if len(records) < 2:
         raise InputError(f"runs: calibration needs at least 2 runs, {named} has {len(records)}")

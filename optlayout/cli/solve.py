@@ -31,7 +31,10 @@ MaxOpt = Annotated[
                  "for mb, vp and cp it is the search limit (default mb 16, vp 8, cp 64), which it may raise"),
 ]
 ExcludeOpt = Annotated[
-    list[str] | None, typer.Option("--exclude", help=f"forbid a value ({_FIELDS}): --exclude recompute=full")
+    list[str] | None,
+    typer.Option(
+        "--exclude", help=f"forbid a value ({_FIELDS}); repeat it for several: --exclude recompute=full --exclude tp=1"
+    ),
 ]
 
 
@@ -51,9 +54,24 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
 
 
 def _excludes(items: list[str] | None) -> dict[str, list[object]]:
+    """Each field's forbidden values: `--exclude recompute=full --exclude recompute=selective` forbids both."""
+    from optlayout.solver.space import normalize_key
+
     out: dict[str, list[object]] = {}
-    for key, value in _pairs(items, "exclude").items():
-        out.setdefault(key, []).append(value)
+    for item in items or []:
+        pairs = common.parse_pairs(item, "exclude")
+        for key, value in pairs.items():
+            if value == "true" and len(pairs) > 1 and f"{key}=" not in item:  # a bare word after a pair
+                try:
+                    normalize_key(key, "exclude")
+                except InputError:
+                    field, first = next(iter(pairs.items()))
+                    raise InputError(
+                        f"exclude: {key!r} in {item!r} is not a layout field; to forbid several values of one field, "
+                        f"repeat the option: --exclude {field}={first} --exclude {field}={key}"
+                    ) from None
+            if value not in out.setdefault(key, []):
+                out[key].append(value)
     return out
 
 

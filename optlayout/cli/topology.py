@@ -59,8 +59,18 @@ def _print_summary(s: dict[str, Any]) -> None:
     console.print(f"[bold]{s['name']}[/bold]" + (f": {s['description']}" if s["description"] else ""))
     console.print(
         f"{s['gpus']} x {s['gpu']} GPUs on {s['servers']} servers ({s['gpus_per_server']} per server); "
-        f"{s['domains']} scale-up domain(s) of {s['domain_size']} GPUs ({', '.join(s['scale_up'])})"
+        f"{s['domains']} scale-up domain(s) of {s['domain_size']}"
+        + (f" to {s['largest_domain_size']}" if s["smaller_domains"] else "")
+        + f" GPUs ({', '.join(s['scale_up'])})"
     )
+    smaller = s["smaller_domains"]
+    if smaller:  # an irregular cluster: name the domains below the largest, which bound every group's reach
+        more = f"; and {len(smaller) - 5} more" if len(smaller) > 5 else ""
+        reach = f"{s['domain_size']} GPU" + ("s" if s["domain_size"] > 1 else "")
+        console.print(
+            f"irregular: {len(smaller)} domain(s) smaller than {s['largest_domain_size']} GPUs: "
+            + "; ".join(smaller[:5]) + more + f"; the search plans every scale-up group within {reach}"
+        )  # fmt: skip
     table = Table(title="link levels (per GPU, per direction)")
     for column in ("level", "kind", "GPUs", "GB/s", "latency us", "oversub"):
         table.add_column(column, justify="left" if column in ("level", "kind") else "right")

@@ -3,7 +3,7 @@
 A GPU that is not listed is described in a YAML file of the same form as `gpus.yaml` (name: arch,
 memory_gib, peak_tflops, hbm_tbytes_per_s, scale_up_gbytes_per_s, source; optionally sfu_texp_per_s and
 sfu_source) named by the environment variable `OPTLAYOUT_GPU_FILE`; its entries join the presets under their own
-names.
+names, and an entry named as a shipped preset replaces it (the CLI says so on stderr: `replaced_presets`).
 """
 
 from __future__ import annotations
@@ -51,6 +51,20 @@ def _gpu_table() -> dict[str, dict[str, Any]]:
             raise InputError(f"gpu: {extra}: {name!r} lacks {', '.join(missing)}")
         table[str(name).strip().lower()] = row
     return table
+
+
+def replaced_presets() -> list[str]:
+    """The shipped GPU presets the file `OPTLAYOUT_GPU_FILE` names replaces; none where it is unset or unreadable
+    (reading it again reports that)."""
+    extra = os.environ.get(GPU_FILE_ENV)
+    if not extra:
+        return []
+    try:
+        rows = GPU_FILE.yaml(extra)
+    except (InputError, OSError):
+        return []
+    shipped = _shipped_gpus()
+    return [key for key in (str(n).strip().lower() for n in rows) if key in shipped] if isinstance(rows, dict) else []
 
 
 @cache

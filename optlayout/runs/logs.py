@@ -160,9 +160,9 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
         elapsed_ms = _field(fields, "elapsed time per iteration (ms)", where)
         batch = _field(fields, "global batch size", where)
         if elapsed_ms is None or elapsed_ms <= 0:
-            raise InputError(f"log: {where} has no 'elapsed time per iteration (ms)'")
+            raise _missing_or_not_positive(fields, "elapsed time per iteration (ms)", where)
         if batch is None or batch <= 0:
-            raise InputError(f"log: {where} has no 'global batch size'")
+            raise _missing_or_not_positive(fields, "global batch size", where)
         elapsed_s = elapsed_ms / 1000.0
         out.append(
             LogLine(
@@ -177,6 +177,12 @@ def parse_megatron_lines(text: str, name: str, seq_len: int, gpus: int) -> tuple
             )
         )
     return out, stated
+
+
+def _missing_or_not_positive(fields: dict[str, str], key: str, where: str) -> InputError:
+    if key not in fields:
+        return InputError(f"log: {where} has no {key!r}")
+    return InputError(f"log: {where}: {key!r} is {_short(fields[key])}, not positive")
 
 
 def _field(fields: dict[str, str], key: str, where: str) -> float | None:
@@ -227,6 +233,8 @@ def parse_torchtitan_lines(text: str, name: str) -> tuple[list[LogLine], dict[st
             continue  # several ranks logging: keep the first one's lines (tps is per GPU on each)
         where = f"{name} line {number} (step {_short(match.group(1))})"
         tps = _number(tps_text, f"log: {where}: tps")
+        if tps <= 0:
+            raise InputError(f"log: {where}: tps is {_short(tps_text)}, not positive")
         tflops = _number(fields["tflops"], f"log: {where}: tflops") if "tflops" in fields else None
         mfu = _number(fields["mfu"], f"log: {where}: mfu") / 100 if "mfu" in fields else None
         try:  # a NaN or infinite loss is data: it marks an iteration to leave out

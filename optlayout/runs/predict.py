@@ -115,13 +115,19 @@ def _plain(value: object) -> object:
 
 
 def _explain_illegal(record: RunRecord, job: JobSpec) -> str:
+    """The rules the published fields break, checked on the layout they state (an unpublished degree 1, an
+    unpublished dp whatever fills the cluster, the job's batch split over it); else the search's own bounds."""
     known = record.layout.known()
+    tp, pp, cp = known.get("tp", 1), known.get("pp", 1), known.get("cp", 1)
+    dp = known.get("dp", max(1, record.cluster.gpus // (tp * pp * cp)))
+    micro_batch = known.get("micro_batch", 1)
+    stated = {k: known[k] for k in ("vp", "ep", "etp", "sharding", "recompute", "recompute_layers",
+                                    "recompute_modules") if k in known}  # fmt: skip
     try:
         lay = Layout(
-            tp=known.get("tp", 1), pp=known.get("pp", 1), cp=known.get("cp", 1), dp=known.get("dp", 1),
-            ep=known.get("ep", 1), etp=known.get("etp", 1), micro_batch=known.get("micro_batch", 1),
-            sequence_parallel=known.get("sequence_parallel", known.get("tp", 1) > 1),
-            grad_accum=max(1, record.job.global_batch // max(1, known.get("micro_batch", 1) * known.get("dp", 1))),
+            tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=micro_batch,
+            sequence_parallel=known.get("sequence_parallel", tp > 1),
+            grad_accum=max(1, record.job.global_batch // (micro_batch * dp)), **stated,
         )  # fmt: skip
     except pydantic.ValidationError as exc:
         return describe_validation_error(exc, "layout")

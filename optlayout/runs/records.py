@@ -662,23 +662,41 @@ def _number(text: str) -> int | float | str:
 
 @checked_arguments
 def read_runs(path: str | Path) -> list[RunRecord]:
-    """Read run records from a `.jsonl`/`.json` or `.csv` file; errors name the line and field."""
+    """Read run records from a `.jsonl`/`.json` or `.csv` file; errors name the line and field, and a run id
+    given twice is refused (one measurement would count twice)."""
+    located = read_located_runs(path)
+    refuse_repeated_ids(located)
+    return [rec for _where, rec in located]
+
+
+def read_located_runs(path: str | Path) -> list[tuple[str, RunRecord]]:
+    """The file's run records, each with where it stands ("runs.jsonl line 3"); ids not checked."""
     path = Path(path)
     text = RUNS.text(path)
     if path.suffix.lower() == ".csv":
-        records = [_record(_undot(row, where), where) for where, row in _csv_rows(text, path.name)]
+        records = [(where, _record(_undot(row, where), where)) for where, row in _csv_rows(text, path.name)]
     elif text.lstrip().startswith("["):
         items = parse_json(text, f"runs {path.name}")
-        records = [_record(item, f"{path.name} item {i}") for i, item in enumerate(items)]
+        records = [(f"{path.name} item {i}", _record(item, f"{path.name} item {i}")) for i, item in enumerate(items)]
     else:
         records = [
-            _record(parse_json(line, f"runs {path.name} line {i}"), f"{path.name} line {i}")
+            (f"{path.name} line {i}", _record(parse_json(line, f"runs {path.name} line {i}"), f"{path.name} line {i}"))
             for i, line in enumerate(text.split("\n"), start=1)
             if line.strip()
         ]
     if not records:
         raise InputError(f"runs: {path.name} holds no run records")
     return records
+
+
+def refuse_repeated_ids(located: list[tuple[str, RunRecord]]) -> None:
+    """Refuse a run id that two records share, naming both places."""
+    first: dict[str, str] = {}
+    for where, rec in located:
+        if rec.id in first:
+            raise InputError(f"runs: run id {rec.id!r} is given twice ({first[rec.id]} and {where}); "
+                             "give each run its own id")  # fmt: skip
+        first[rec.id] = where
 
 
 def _csv_rows(text: str, name: str) -> Iterator[tuple[str, dict[str | None, Any]]]:

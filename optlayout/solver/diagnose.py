@@ -6,8 +6,8 @@ import math
 
 from optlayout.layout.rules import cp_fits_sequence, expert_degree_problems, pp_fits_layers
 from optlayout.solver.candidates import Candidate
-from optlayout.solver.space import SpaceOptions, batch_targets, tp_choices
-from optlayout.specs import JobSpec, ModelSpec
+from optlayout.solver.space import SpaceOptions, allowed, batch_targets, tp_choices
+from optlayout.specs import JobSpec, ModelSpec, Recompute, Sharding
 
 _GB = 1e9
 
@@ -23,6 +23,9 @@ def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size:
     expert = _expert_pins_problem(model, gpus, options)
     if expert:
         return expert
+    choices = _choices_problem(model, options)
+    if choices:
+        return choices
     tps = tp_choices(model, gpus, domain_size, options)
     if not tps:
         return (
@@ -42,6 +45,27 @@ def diagnose_empty_space(model: ModelSpec, job: JobSpec, gpus: int, domain_size:
         f"global batch: no combination of tp, cp, pp and dp with micro_batch x grad_accum x dp in [{lo}, {hi}] "
         f"uses exactly {gpus} GPUs under your pins; widen the batch bounds, relax pins, or allow idle GPUs"
     )
+
+
+def _choices_problem(model: ModelSpec, options: SpaceOptions) -> str | None:
+    """The rule that pins and exclusions of the sharding, the recomputation and its layer count break, if any."""
+    if not any(allowed(options, "sharding", s) for s in Sharding):
+        return f"sharding: your pins and exclusions forbid every value ({', '.join(s.value for s in Sharding)})"
+    if not any(allowed(options, "recompute", r) for r in Recompute):
+        return f"recompute: your pins and exclusions forbid every value ({', '.join(r.value for r in Recompute)})"
+    layers = options.pins.get("recompute_layers")
+    if not isinstance(layers, int):
+        return None
+    if not allowed(options, "recompute", Recompute.full):
+        return f"recompute_layers: a layer count ({layers}) is full recomputation's, but recompute=full is excluded"
+    pp, vp = options.pins.get("pp", 1), options.pins.get("vp", 1)
+    chunks = (pp if isinstance(pp, int) else 1) * (vp if isinstance(vp, int) else 1)
+    largest = math.ceil(model.layers / chunks)  # the largest model chunk at its smallest split
+    if layers > largest:
+        split = f"the model's {model.layers} layers" + (f" over pp x vp = {chunks} chunks" if chunks > 1 else "")
+        return (f"recompute_layers: {layers} layers recomputed per model chunk, but a chunk has at most {largest} "
+                f"({split}); pin at most {largest}, or leave it out to recompute every layer")  # fmt: skip
+    return None
 
 
 def _expert_pins_problem(model: ModelSpec, gpus: int, options: SpaceOptions) -> str | None:

@@ -50,20 +50,20 @@ class SpaceOptions:
     all_grad_accum: bool = False  # the oracle walks every accumulation; the solver only the largest legal one
 
 
-def normalize_key(key: str) -> str:
-    """The field a pin names (`mb` -> `micro_batch`); only searched axes can be pinned."""
+def normalize_key(key: str, what: str = "pin") -> str:
+    """The field a pin (a maximum, an exclusion: `what`) names (`mb` -> `micro_batch`); only searched axes."""
     axis = _PINNABLE.get(key.strip())
     if axis is None:
-        raise InputError(f"pin: unknown layout field {key.strip()!r} (known: {', '.join(PIN_KEYS)})")
+        raise InputError(f"{what}: unknown layout field {key.strip()!r} (known: {', '.join(PIN_KEYS)})")
     return axis.name
 
 
-def coerce_value(key: str, value: object) -> object:
-    """Turn a pin value into the field's type with a one-line error naming the field."""
+def coerce_value(key: str, value: object, what: str = "pin") -> object:
+    """Turn a pin (maximum, exclusion) value into the field's type with a one-line error naming the field."""
     try:
         return _PINNABLE[key].parse(value)
     except ValueError:
-        raise InputError(f"pin: {key}={value!r} is not a valid value") from None
+        raise InputError(f"{what}: {key}={value!r} is not a valid value") from None
 
 
 def space_options(
@@ -77,15 +77,16 @@ def space_options(
     pinned = {normalize_key(k): coerce_value(normalize_key(k), v) for k, v in (pins or {}).items()}
     maxed: dict[str, int] = {}
     for key, value in (maxima or {}).items():
-        name = normalize_key(key)
+        name = normalize_key(key, "max")
         if not _PINNABLE[name].numeric:
             raise InputError(f"max: {name} is not a number; use --pin or --exclude")
         if name == "recompute_layers":
             raise InputError("max: recompute_layers is searched as the fewest that fit; pin it to fix it")
-        maxed[name] = int(str(coerce_value(name, value)))
-    excluded = {
-        normalize_key(k): frozenset(coerce_value(normalize_key(k), v) for v in vs) for k, vs in (exclude or {}).items()
-    }
+        maxed[name] = int(str(coerce_value(name, value, "max")))
+    excluded: dict[str, frozenset[object]] = {}
+    for key, values in (exclude or {}).items():  # several values of a field forbid them all
+        name = normalize_key(key, "exclude")
+        excluded[name] = excluded.get(name, frozenset()) | {coerce_value(name, v, "exclude") for v in values}
     if "recompute_layers" in excluded:
         raise InputError("exclude: recompute_layers is searched as the fewest that fit; pin it to fix it")
     if "recompute_modules" in excluded:
@@ -138,7 +139,8 @@ def _divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
+def allowed(options: SpaceOptions, key: str, value: object) -> bool:
+    """Whether the pins, maxima and exclusions leave `key=value` in the space."""
     if key in options.pins and options.pins[key] != value:
         return False
     if key in options.maxima and isinstance(value, int) and value > options.maxima[key]:
@@ -149,7 +151,7 @@ def _allowed(options: SpaceOptions, key: str, value: object) -> bool:
 def tp_choices(model: ModelSpec, gpus: int, domain_size: int, options: SpaceOptions) -> list[int]:
     """TP divides the heads; kv heads divide or are replicated; within the NVLink domain unless allowed."""
     limit = gpus if options.allow_tp_beyond_domain else min(domain_size, gpus)
-    return [t for t in _divisors(model.heads) if t <= limit and tp_fits_heads(model, t) and _allowed(options, "tp", t)]
+    return [t for t in _divisors(model.heads) if t <= limit and tp_fits_heads(model, t) and allowed(options, "tp", t)]
 
 
 def expert_choices(model: ModelSpec, stage_gpus: int, domain_size: int, options: SpaceOptions) -> list[tuple[int, int]]:
@@ -157,14 +159,14 @@ def expert_choices(model: ModelSpec, stage_gpus: int, domain_size: int, options:
     (Megatron's expert grid), ep divides the experts, etp the expert width (1 with expert biases) and stays in
     the NVLink domain as tp does; (1, 1) for a dense model."""
     if model.moe is None:
-        return [(1, 1)] if _allowed(options, "ep", 1) and _allowed(options, "etp", 1) else []
+        return [(1, 1)] if allowed(options, "ep", 1) and allowed(options, "etp", 1) else []
     limit = stage_gpus if options.allow_tp_beyond_domain else min(domain_size, stage_gpus)
     out = []
     for etp in _divisors(stage_gpus):
-        if etp > limit or not _allowed(options, "etp", etp):
+        if etp > limit or not allowed(options, "etp", etp):
             continue
         for ep in _divisors(stage_gpus // etp):
-            if not _allowed(options, "ep", ep):
+            if not allowed(options, "ep", ep):
                 continue
             if not expert_degree_problems(model, ep, etp):
                 out.append((ep, etp))
@@ -332,8 +334,8 @@ def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, opt
 
 def _shared_choices(model: ModelSpec, options: SpaceOptions) -> SharedChoices | None:
     """The choices every group of the space shares; None for an empty space."""
-    shardings = tuple(s for s in Sharding if _allowed(options, "sharding", s))
-    recomputes = tuple(r for r in Recompute if _allowed(options, "recompute", r))
+    shardings = tuple(s for s in Sharding if allowed(options, "sharding", s))
+    recomputes = tuple(r for r in Recompute if allowed(options, "recompute", r))
     pinned = options.pins.get("recompute_layers")
     if pinned is not None:  # a layer count is full recomputation's
         recomputes = tuple(r for r in recomputes if r == Recompute.full)
@@ -363,17 +365,17 @@ def _group_specs(
     lo, hi = batch_targets(job)
     for tp in tp_choices(model, gpus, domain_size, options):
         values = ((True,) if model.moe is not None else (False, True)) if tp > 1 else (False,)  # MoE: SP with tp > 1
-        sps = tuple(sp for sp in values if _allowed(options, "sequence_parallel", sp))
+        sps = tuple(sp for sp in values if allowed(options, "sequence_parallel", sp))
         if not sps:
             continue
         for cp in _divisors(gpus // tp):
-            if cp > options.max_cp or not cp_fits_sequence(job.seq_len, cp) or not _allowed(options, "cp", cp):
+            if cp > options.max_cp or not cp_fits_sequence(job.seq_len, cp) or not allowed(options, "cp", cp):
                 continue
             cp_sps = tuple(sp for sp in sps if not sp or sp_fits_sequence(job.seq_len, cp, tp))
             if not cp_sps:
                 continue
             for pp in _divisors(gpus // (tp * cp)):
-                if not pp_fits_layers(model.layers, pp) or not _allowed(options, "pp", pp):
+                if not pp_fits_layers(model.layers, pp) or not allowed(options, "pp", pp):
                     continue
                 split = split_layers(model.layers, pp)
                 if split is None:
@@ -405,7 +407,7 @@ def _groups(
     if pinned_layers is not None:  # a pinned layer count within the largest model chunk
         vps = [v for v in vps if pinned_layers <= max(counts) // v]
     for dp in dps:
-        if not _allowed(options, "dp", dp) or dp > hi:
+        if not allowed(options, "dp", dp) or dp > hi:
             continue
         # nothing to shard over with a single data-parallel replica
         group_shardings = shardings if dp * cp > 1 else tuple(s for s in shardings if s == Sharding.none)
@@ -414,7 +416,7 @@ def _groups(
         experts = expert_choices(model, tp * cp * dp, domain_size, options)
         for mb in _micro_batches(options, dp, hi):
             for vp in vps:
-                if not _allowed(options, "vp", vp):
+                if not allowed(options, "vp", vp):
                     continue
                 for ga in _grad_accums(mb * dp, lo, hi, pp, vp, options):
                     if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
@@ -428,9 +430,9 @@ def _micro_batches(options: SpaceOptions, dp: int, hi: int) -> list[int]:
     top = min(options.max_micro_batch, hi // dp)
     pinned = options.pins.get("micro_batch")
     if pinned is not None:
-        usable = isinstance(pinned, int) and pinned <= top and _allowed(options, "micro_batch", pinned)
+        usable = isinstance(pinned, int) and pinned <= top and allowed(options, "micro_batch", pinned)
         return [pinned] if usable and isinstance(pinned, int) else []
-    return [mb for mb in range(1, top + 1) if _allowed(options, "micro_batch", mb)]
+    return [mb for mb in range(1, top + 1) if allowed(options, "micro_batch", mb)]
 
 
 def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: SpaceOptions) -> list[int]:
@@ -446,7 +448,7 @@ def _grad_accums(per_step: int, lo: int, hi: int, pp: int, vp: int, options: Spa
     last = hi // per_step
 
     def legal(ga: int) -> bool:
-        return (vp == 1 or ga % pp == 0) and _allowed(options, "grad_accum", ga)
+        return (vp == 1 or ga % pp == 0) and allowed(options, "grad_accum", ga)
 
     if options.all_grad_accum:
         return [ga for ga in range(first, last + 1) if legal(ga)]

@@ -69,6 +69,9 @@ def load_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> L
         return LoadedCluster(spec)
     if isinstance(spec, str) and "=" in spec and not Path(spec).is_file():
         spec = parse_cluster_shorthand(spec)
+    if isinstance(spec, str) and (not spec.strip() or (_bare_word(spec) and not Path(spec).exists())):
+        raise InputError(f"cluster: {spec!r} is neither a cluster shorthand (gpu=...,gpus=..., e.g. "
+                         "gpu=h100-sxm,gpus=64) nor a topology file")  # fmt: skip
     if isinstance(spec, ClusterSpec):
         gpu_preset(spec.gpu)  # unknown preset -> one-line error naming the field
         return LoadedCluster(topology_from_cluster(spec), shorthand=spec)
@@ -79,6 +82,11 @@ def load_cluster(spec: str | Path | ClusterSpec | Topology | LoadedCluster) -> L
         generator = isinstance(doc, dict) and "servers" in doc and "nodes" not in doc
         return LoadedCluster(topo, generator_doc=doc if generator else None)
     raise InputError(f"cluster: expected a topology file, a shorthand string or a ClusterSpec, got {spec!r}")
+
+
+def _bare_word(text: str) -> bool:
+    """Text that names no file (no folder, no suffix), such as a shorthand missing its `=`."""
+    return "/" not in text and "\\" not in text and not Path(text.strip()).suffix
 
 
 @checked_arguments

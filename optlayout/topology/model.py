@@ -437,10 +437,12 @@ class Topology:
         """Each link level (scale-up, leaf, spine, ...) with per-GPU bandwidth, latency and GPUs in reach."""
         t = self._t
         out = []
-        first = np.flatnonzero(t.domain == t.domain[0])
-        if first.size > 1:
-            bw, lat = self._group(first)
-            out.append(_level("scale-up", t.domain_kind[0], first.size, bw, lat, 1.0))
+        multi = [d for d in range(self.num_domains) if t.domain_sizes[d] > 1]
+        if multi:  # the slowest domain's links (the cost model prices a group by its slowest link)
+            links = [self._domain_link(d, members) for d, members in self._domain_members(multi, alike_once=True)]
+            kinds = ", ".join(sorted({t.domain_kind[d] for d in multi}))
+            gpus = int(min(t.domain_sizes[d] for d in multi))
+            out.append(_level("scale-up", kinds, gpus, min(b for b, _ in links), max(lat for _, lat in links), 1.0))
         heads = np.unique(t.domain, return_index=True)[1]
         heads.sort()
         for k, block in enumerate(t.blocks):
@@ -451,6 +453,33 @@ class Topology:
             bw, lat = self._group(np.array([0, int(other[0])]))
             name = TIER_NAMES[k] if k < len(TIER_NAMES) else f"tier{k + 1}"
             out.append(_level(name, "network", int((block == block[0]).sum()), bw, lat, float(t.factor[k][0])))
+        return out
+
+    def _domain_members(self, domains: list[int], alike_once: bool = False) -> list[tuple[int, np.ndarray]]:
+        """Each listed domain with its sorted ranks; with `alike_once`, NVSwitch domains of equal links once."""
+        t = self._t
+        order = np.argsort(t.domain, kind="stable")
+        starts = np.r_[0, np.cumsum(t.domain_sizes)]
+        seen: set[tuple[object, ...]] = set()
+        out = []
+        for d in domains:
+            members = np.sort(order[starts[d] : starts[d + 1]])
+            key = (t.domain_kind[d], tuple(t.su_bw[members].tolist()), tuple(t.su_lat[members].tolist()))
+            if not alike_once or t.domain_kind[d] != "nvswitch" or key not in seen:
+                seen.add(key)
+                out.append((d, members))
+        return out
+
+    def irregular_domains(self) -> list[str]:
+        """The scale-up domains smaller than the largest, by their GPUs (empty when all are alike in size): the
+        search takes the smallest domain as every group's reach."""
+        t = self._t
+        largest = int(t.domain_sizes.max())
+        out = []
+        for d, members in self._domain_members([d for d in range(self.num_domains) if t.domain_sizes[d] < largest]):
+            names = [self._gpu_nodes[int(r)] for r in members]
+            listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            out.append(f"{listed} ({len(names)} GPU{'s' if len(names) > 1 else ''}, {t.domain_kind[d]})")
         return out
 
     def bisection_bandwidth_Bps(self) -> float:
@@ -482,6 +511,8 @@ class Topology:
             "gpus_per_server": self.gpus_per_server,
             "domains": self.num_domains,
             "domain_size": self.domain_size,
+            "largest_domain_size": int(self._t.domain_sizes.max()),
+            "smaller_domains": self.irregular_domains(),
             "scale_up": self.scale_up_kinds,
             "levels": self.levels(),
             "bisection_bandwidth_Bps": self.bisection_bandwidth_Bps(),

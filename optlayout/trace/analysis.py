@@ -393,6 +393,7 @@ def summarize_trace(path: str | Path) -> TraceSummary:
     gpu_steps: list[float] = []
     t_min, t_max = float("inf"), float("-inf")
     n_complete = 0
+    longest_us = 0.0
     for i, ev in enumerate(stream.events()):
         if ev.get("ph") != "X":
             continue
@@ -404,6 +405,7 @@ def summarize_trace(path: str | Path) -> TraceSummary:
         if cat in _SKIP_CATS:
             continue
         n_complete += 1
+        longest_us = max(longest_us, dur)
         t_min, t_max = min(t_min, ts), max(t_max, ts + dur)
         name_id = names.setdefault(name, len(names))
         raw_args = ev.get("args")
@@ -418,6 +420,8 @@ def summarize_trace(path: str | Path) -> TraceSummary:
             cpu.setdefault(key, _Lane()).add(ts, dur, name_id)
     if n_complete == 0:
         raise stream._fail("no complete ('X') events: the trace is empty")
+    if longest_us <= 0:
+        raise stream._fail(f"every complete ('X') event lasts 0 us ({n_complete} of them): the trace records no time")
 
     id_to_name = list(names)
     totals = np.zeros(len(names))
