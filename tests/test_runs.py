@@ -388,6 +388,24 @@ def test_cli_from_log_appends_records_that_feed_compare(cli, tmp_path):
     assert set(rows[1]["filled_fields"]) == {"tp", "pp", "cp", "vp", "micro_batch", "sequence_parallel"}
 
 
+def test_from_log_refuses_a_record_compare_would_refuse(tmp_path):
+    """mb 3 x dp 8 = 24 sequences cannot make the log's global batch of 8: no record is made (before: written,
+    and `compare` then refused the file), with compare's own message (`check_record`, one home for the rule)."""
+    from optlayout.runs.predict import check_record
+
+    args = (TITAN_LOG, "torchtitan", model_preset("llama3.1-8b"), parse_cluster_shorthand("gpu=h100-sxm,gpus=8"),
+            RunJob(seq_len=8192, global_batch=8))  # fmt: skip
+    message = r"run titan: no legal layout matches the published fields \(global batch micro_batch\*grad_accum\*dp = 24"
+    with pytest.raises(OptlayoutError, match=message):
+        run_from_log(*args, "tp=1,pp=1,cp=1,dp=8,mb=3", run_id="titan")
+    record = run_from_log(*args, "tp=1,pp=1,cp=1,dp=8,mb=1", run_id="titan")  # 1 x 1 x 8 = 8: legal
+    bad = record.model_copy(update={"layout": run_layout("tp=1,pp=1,cp=1,dp=8,mb=3")})
+    with pytest.raises(OptlayoutError, match=message):
+        predict_run(bad)  # compare's path says the same
+    with pytest.raises(OptlayoutError, match=message):
+        check_record(bad)
+
+
 # --- a published layout the memory model cannot fit ----------------------------------------------------------
 
 OVER_MEMORY = FIXTURES / "over_memory.jsonl"
