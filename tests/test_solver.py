@@ -297,6 +297,19 @@ def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:
         Plan.load(path)
 
 
+def test_a_time_limit_that_runs_out_before_any_layout_says_so(cli) -> None:
+    # a nanosecond is too short for CP-SAT to find any layout or to prove there is none: status "unknown"
+    plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64), time_limit_s=1e-9)
+    assert plan.status == "unknown" and not plan.layouts
+    assert plan.diagnosis == (
+        "time limit: the 1e-09 s time limit ran out before CP-SAT found a layout or proved there is none "
+        "(status unknown, not infeasible); raise --time-limit"
+    )  # before: "CP-SAT found no layout within 1e-09 s"
+    out = cli("solve", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=16", "--seq-len", "4096",
+              "--global-batch", "64", "--time-limit", "1e-9")  # fmt: skip
+    assert out.returncode == 1 and out.stderr.strip().endswith(f"unknown: {plan.diagnosis}"), out.stderr
+
+
 def test_emit_of_an_infeasible_plan_gives_its_diagnosis_and_of_a_config_says_not_a_plan(cli, tmp_path) -> None:
     from optlayout.planning.plan import Plan
 

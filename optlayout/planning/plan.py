@@ -105,7 +105,9 @@ class Plan(BaseModel):
     """What `solve` returns: status, timing, the ranked layouts and the inputs that produced them."""
 
     schema_version: int = SCHEMA_VERSION
-    status: str = Field(description="optimal | feasible (time limit hit) | infeasible")
+    status: str = Field(
+        description="optimal | feasible (time limit hit) | unknown (time limit hit before any layout) | infeasible"
+    )
     phases_s: dict[str, float] = Field(
         default_factory=dict,
         description="wall-clock seconds by phase (optlayout.timings.PHASES); not part of the answer, so never saved",
