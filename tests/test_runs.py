@@ -76,6 +76,18 @@ def test_read_runs_jsonl_and_csv_give_the_same_records():
         assert record.layout.unknown() == jsonl[record.id].layout.unknown()  # empty cells stay null
 
 
+def test_an_unknown_gpu_in_a_runs_file_names_the_file_line_and_run(tmp_path):
+    lines = RUNS_JSONL.read_text().splitlines()
+    second = json.loads(lines[1])
+    second["cluster"]["gpu"] = "h100-pcie"  # not a preset
+    path = tmp_path / "rgpu.jsonl"
+    path.write_text("\n".join([lines[0], json.dumps(second)]) + "\n")
+    # before: "gpu: unknown preset 'h100-pcie'; ..." with no file, line or run
+    with pytest.raises(OptlayoutError) as err:
+        read_runs(path)
+    assert str(err.value).startswith(f"runs: rgpu.jsonl line 2 (run {second['id']!r}): gpu: unknown preset 'h100-pcie'")
+
+
 def test_null_layout_fields_are_filled_and_reported():
     record = read_runs(RUNS_JSONL)[0]
     assert record.layout.unknown(), "the fixture's first run leaves some layout fields unpublished"
