@@ -295,6 +295,24 @@ def test_profile_of_the_wrong_schema(cli, tmp_path):
     _one_line_error(cli("compare", str(RUNS_JSONL), "--calibration", str(wrong), "--no-rank"), "version-1")
 
 
+def test_a_calibration_entry_no_job_can_use_is_refused_by_its_key(tmp_path):
+    # entries are looked up as GPU/precision: an unknown GPU (a typo such as h100/bf16) was silently never used
+    from optlayout.runs.calibrate import shipped_calibration_path
+
+    shipped = shipped_calibration_path().read_text()
+    assert "  h100-sxm/bf16:\n" in shipped
+    for key, needle in (("h100/bf16", "'h100' is not a GPU preset, so no job would use these constants"),
+                        ("h100-sxm/fp16", "the precision after '/' must be bf16 or fp8 (fp16 jobs use bf16's)"),
+                        ("h100-sxm", "the precision after '/' must be bf16 or fp8")):  # fmt: skip
+        path = tmp_path / "c.yaml"
+        path.write_text(shipped.replace("  h100-sxm/bf16:\n", f"  {key}:\n", 1))
+        with pytest.raises(OptlayoutError) as err:
+            load_calibration(path)
+        assert str(err.value).startswith(f"calibration entries.{key}: ") and needle in str(err.value), err.value
+    path.write_text(shipped)
+    assert "h100-sxm/bf16" in load_calibration(path).entries
+
+
 # --- training logs ----------------------------------------------------------------------------------------
 
 # Copied by hand from the fixture: iterations 1-2 are warm-up, iteration 6 reports a skipped iteration.
