@@ -37,6 +37,28 @@ def test_memory_with_model_shape_adds_activations(cli) -> None:
     assert data["activations_per_gpu_bytes"] > 0 and data["dp"] == 4
 
 
+def test_memory_refuses_what_it_would_ignore_and_states_what_it_assumes(cli) -> None:
+    # without a model shape and --seq-len there are no activations: the flags that shape only them do nothing
+    base = ["memory", "--params", "70e9", "--gpus", "256", "--tp", "8", "--pp", "4", "--gpu", "h100-sxm"]
+    out = cli(*base, "--micro-batch", "64", "--sp", "--recompute", "full")
+    assert out.returncode == 2  # before: rc 0, the state-only figure
+    assert out.stderr.strip() == (
+        "error: micro-batch: --micro-batch, --sp, --recompute change only the activations, which need a model "
+        "shape and a sequence; give --model with --seq-len, or drop --micro-batch, --sp, --recompute"
+    )
+    out = cli("memory", "--model", "llama3.1-8b", "--gpus", "8", "--tp", "2", "--recompute", "full")  # no --seq-len
+    assert out.returncode == 2 and "error: recompute: --recompute changes only the activations" in out.stderr
+    # --gpu and --gpu-memory-gb both set the capacity (before: --gpu-memory-gb won silently)
+    out = cli(*base, "--gpu-memory-gb", "40", "--json")
+    assert out.returncode == 2 and "give --gpu or --gpu-memory-gb, not both" in out.stderr
+    # no --gpus or --dp: dp = 1, said in --json and the table
+    args = ["memory", "--params", "70e9", "--tp", "8", "--pp", "4", "--gpu-memory-gb", "80", "--sharding", "zero1"]
+    data = json.loads(cli(*args, "--json").stdout)
+    assert data["dp"] == 1 and data["assumed"] == {"dp": {"value": 1, "why": "neither --gpus nor --dp given"}}
+    assert "assumed dp=1 (neither --gpus nor --dp given)" in cli(*args).stdout
+    assert json.loads(cli(*args, "--dp", "8", "--json").stdout)["assumed"] == {}
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

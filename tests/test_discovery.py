@@ -106,6 +106,28 @@ def test_nccl_xml_dgx_h100_roundtrip(tmp_path: Path):
     assert len(nics) == 8
 
 
+def test_nccl_xml_writes_the_gpu_it_guessed_from_sm_as_an_assumption(tmp_path: Path):
+    """sm 90 is every Hopper part (an H200's dump reads the same but for its PCI device id): the preset read from
+    sm alone is written as an assumption, with its siblings and --gpu; a --gpu given is no assumption."""
+    text = (FIXTURES / "nccl-topo-dgx-h100.xml").read_text()
+    opts = DiscoverOptions()
+    discover("nccl-xml", text, opts)
+    note = next(n for n in opts.notes if n.startswith("GPU model"))
+    assert note == (
+        "GPU model is not in the NCCL topology file: assumed h100-sxm from sm 90 (PCI device 0x2330); "
+        "other hopper presets (h200, h800, h20) differ in memory and peak TFLOP/s; give --gpu PRESET"
+    )
+    roundtrip("nccl-xml", "nccl-topo-dgx-h100.xml", tmp_path)
+    assert "# GPU model is not in the NCCL topology file: assumed h100-sxm" in (tmp_path / "topo.yaml").read_text()
+    opts = DiscoverOptions(gpu="h200")
+    topo = topology_from_dict(discover("nccl-xml", text.replace('device="0x2330"', 'device="0x2335"'), opts))
+    assert topo.gpu.name == "h200" and not any("GPU model" in n for n in opts.notes)
+    opts = DiscoverOptions()
+    discover("nccl-xml", NCCL_MESH, opts)  # no PCI device ids in the file
+    assert ("assumed a100-80gb from sm 80; other ampere presets (a100-40gb) differ in memory and peak TFLOP/s; "
+            "give --gpu PRESET") in opts.notes[0]  # fmt: skip
+
+
 NCCL_MESH = """<system version="1">
   <cpu numaid="0" arch="x86_64" vendor="AuthenticAMD" familyid="25" modelid="1">
     <pci busid="0000:01:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16">

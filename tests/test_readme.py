@@ -42,3 +42,26 @@ def test_readme_main_command_is_the_solve_on_a_shipped_topology(cli) -> None:
     out = cli(*args)
     assert out.returncode == 0, out.stderr
     assert "optimal" in out.stdout
+
+
+def test_readme_says_what_the_megatron_emitter_writes_for_gpt_oss() -> None:
+    """Each flag the README names for GPT-OSS's sliding windows and sinks is in the emitted flags or the launch
+    line (before, the README said they were not emitted, while the emitter wrote them)."""
+    from optlayout.emit import emit, emit_notes
+    from optlayout.layout import parse_layout
+    from optlayout.presets import model_preset
+    from optlayout.specs import JobSpec
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "sliding-window attention (GPT-OSS) is not emitted" not in text
+    claim = re.search(r"GPT-OSS's sliding windows and sinks are emitted [^(]*\((.*?)\)\.", text)
+    assert claim is not None
+    named = re.findall(r"`(--[a-z-]+)(?: ([^`]+))?`", claim.group(1))
+    assert [flag for flag, _ in named] == ["--window-size", "--window-attn-skip-freq", "--softmax-type"]
+    args = (model_preset("gpt-oss-20b"), JobSpec(seq_len=8192, global_batch=8),
+            parse_layout("tp=1,pp=1,dp=8,ep=8,mb=1,ga=1,sharding=zero1"))  # fmt: skip
+    written = " ".join([emit("megatron", *args), *emit_notes("megatron", *args)]).split()
+    for flag, value in named:
+        assert flag in written, flag
+        if value:
+            assert written[written.index(flag) + 1] == value, (flag, value)

@@ -76,6 +76,18 @@ def test_read_runs_jsonl_and_csv_give_the_same_records():
         assert record.layout.unknown() == jsonl[record.id].layout.unknown()  # empty cells stay null
 
 
+def test_an_unknown_gpu_in_a_runs_file_names_the_file_line_and_run(tmp_path):
+    lines = RUNS_JSONL.read_text().splitlines()
+    second = json.loads(lines[1])
+    second["cluster"]["gpu"] = "h100-pcie"  # not a preset
+    path = tmp_path / "rgpu.jsonl"
+    path.write_text("\n".join([lines[0], json.dumps(second)]) + "\n")
+    # before: "gpu: unknown preset 'h100-pcie'; ..." with no file, line or run
+    with pytest.raises(OptlayoutError) as err:
+        read_runs(path)
+    assert str(err.value).startswith(f"runs: rgpu.jsonl line 2 (run {second['id']!r}): gpu: unknown preset 'h100-pcie'")
+
+
 def test_null_layout_fields_are_filled_and_reported():
     record = read_runs(RUNS_JSONL)[0]
     assert record.layout.unknown(), "the fixture's first run leaves some layout fields unpublished"
@@ -291,6 +303,24 @@ def test_profile_of_the_wrong_schema(cli, tmp_path):
     _one_line_error(cli("compare", str(RUNS_JSONL), "--calibration", str(wrong), "--no-rank"), "version-1")
 
 
+def test_a_calibration_entry_no_job_can_use_is_refused_by_its_key(tmp_path):
+    # entries are looked up as GPU/precision: an unknown GPU (a typo such as h100/bf16) was silently never used
+    from optlayout.runs.calibrate import shipped_calibration_path
+
+    shipped = shipped_calibration_path().read_text()
+    assert "  h100-sxm/bf16:\n" in shipped
+    for key, needle in (("h100/bf16", "'h100' is not a GPU preset, so no job would use these constants"),
+                        ("h100-sxm/fp16", "the precision after '/' must be bf16 or fp8 (fp16 jobs use bf16's)"),
+                        ("h100-sxm", "the precision after '/' must be bf16 or fp8")):  # fmt: skip
+        path = tmp_path / "c.yaml"
+        path.write_text(shipped.replace("  h100-sxm/bf16:\n", f"  {key}:\n", 1))
+        with pytest.raises(OptlayoutError) as err:
+            load_calibration(path)
+        assert str(err.value).startswith(f"calibration entries.{key}: ") and needle in str(err.value), err.value
+    path.write_text(shipped)
+    assert "h100-sxm/bf16" in load_calibration(path).entries
+
+
 # --- training logs ----------------------------------------------------------------------------------------
 
 # Copied by hand from the fixture: iterations 1-2 are warm-up, iteration 6 reports a skipped iteration.
@@ -394,6 +424,24 @@ def test_cli_from_log_appends_records_that_feed_compare(cli, tmp_path):
     assert [row["id"] for row in rows] == ["meg", "titan"]
     assert rows[0]["measured_tokens_per_s_per_gpu"] == pytest.approx(10147.48, abs=0.01)
     assert set(rows[1]["filled_fields"]) == {"tp", "pp", "cp", "vp", "micro_batch", "sequence_parallel"}
+
+
+def test_from_log_refuses_a_record_compare_would_refuse(tmp_path):
+    """mb 3 x dp 8 = 24 sequences cannot make the log's global batch of 8: no record is made (before: written,
+    and `compare` then refused the file), with compare's own message (`check_record`, one home for the rule)."""
+    from optlayout.runs.predict import check_record
+
+    args = (TITAN_LOG, "torchtitan", model_preset("llama3.1-8b"), parse_cluster_shorthand("gpu=h100-sxm,gpus=8"),
+            RunJob(seq_len=8192, global_batch=8))  # fmt: skip
+    message = r"run titan: no legal layout matches the published fields \(global batch micro_batch\*grad_accum\*dp = 24"
+    with pytest.raises(OptlayoutError, match=message):
+        run_from_log(*args, "tp=1,pp=1,cp=1,dp=8,mb=3", run_id="titan")
+    record = run_from_log(*args, "tp=1,pp=1,cp=1,dp=8,mb=1", run_id="titan")  # 1 x 1 x 8 = 8: legal
+    bad = record.model_copy(update={"layout": run_layout("tp=1,pp=1,cp=1,dp=8,mb=3")})
+    with pytest.raises(OptlayoutError, match=message):
+        predict_run(bad)  # compare's path says the same
+    with pytest.raises(OptlayoutError, match=message):
+        check_record(bad)
 
 
 # --- a published layout the memory model cannot fit ----------------------------------------------------------

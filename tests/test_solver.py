@@ -378,6 +378,38 @@ def test_saved_plan_of_older_schema_is_refused(tmp_path) -> None:
         Plan.load(path)
 
 
+def test_a_time_limit_that_runs_out_before_any_layout_says_so(cli) -> None:
+    # a nanosecond is too short for CP-SAT to find any layout or to prove there is none: status "unknown"
+    plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64), time_limit_s=1e-9)
+    assert plan.status == "unknown" and not plan.layouts
+    assert plan.diagnosis == (
+        "time limit: the 1e-09 s time limit ran out before CP-SAT found a layout or proved there is none "
+        "(status unknown, not infeasible); raise --time-limit"
+    )  # before: "CP-SAT found no layout within 1e-09 s"
+    out = cli("solve", "--model", "llama3.1-8b", "--cluster", "gpu=h100-sxm,gpus=16", "--seq-len", "4096",
+              "--global-batch", "64", "--time-limit", "1e-9")  # fmt: skip
+    assert out.returncode == 1 and out.stderr.strip().endswith(f"unknown: {plan.diagnosis}"), out.stderr
+
+
+def test_emit_of_an_infeasible_plan_gives_its_diagnosis_and_of_a_config_says_not_a_plan(cli, tmp_path) -> None:
+    from optlayout.planning.plan import Plan
+
+    plan = solve("llama3.1-405b", "gpu=h100-sxm,gpus=8", JobSpec(seq_len=4096, global_batch=64))
+    assert plan.status == "infeasible" and not plan.layouts and plan.diagnosis
+    path = tmp_path / "inf.json"
+    plan.save(path)
+    with pytest.raises(OptlayoutError, match="plan: the plan is infeasible and holds no layout: memory: ") as err:
+        Plan.load(path).layout_at(1)  # before: "rank: the plan holds layouts 1..0, not 1"
+    assert plan.diagnosis in str(err.value)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 32}))  # an HF config, say
+    out = cli("emit", "--plan", str(config), "--format", "megatron")
+    assert out.returncode == 2  # before: "schema_version None is not supported ... re-run solve --save"
+    assert "plan: config.json is not a saved plan (no schema_version)" in out.stderr, out.stderr
+    with pytest.raises(OptlayoutError, match="not a saved plan"):
+        Plan.load(config)
+
+
 def test_plan_emits_launcher_flags_and_emit_reads_saved_plan(cli, tmp_path) -> None:
     plan = solve("llama3.1-8b", "gpu=h100-sxm,gpus=16", JobSpec(seq_len=4096, global_batch=64), top=2)
     args = plan.best.to_megatron_args()

@@ -98,20 +98,35 @@ def memory_command(
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU preset (capacity)")] = None,
     gpu_memory_gb: Annotated[float | None, typer.Option("--gpu-memory-gb", help="GPU memory, GB")] = None,
     seq_len: Annotated[int | None, typer.Option("--seq-len", help="with --model: add activations")] = None,
-    micro_batch: Annotated[int, typer.Option("--micro-batch")] = 1,
-    recompute: Annotated[str, typer.Option("--recompute")] = "none",
-    sequence_parallel: Annotated[bool, typer.Option("--sp", help="sequence parallel")] = False,
+    micro_batch: Annotated[int | None, typer.Option("--micro-batch", help="with --seq-len (default 1)")] = None,
+    recompute: Annotated[str | None, typer.Option("--recompute", help="with --seq-len (default none)")] = None,
+    sequence_parallel: Annotated[bool, typer.Option("--sp", help="sequence parallel, with --seq-len")] = False,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     dropout: common.DropoutOpt = False,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Memory per GPU: training state (always), activations when a model shape and sequence are given."""
+    activation_flags = [flag for flag, given in (("--micro-batch", micro_batch is not None),
+                        ("--sp", sequence_parallel), ("--recompute", recompute is not None), ("--dropout", dropout))
+                        if given]  # fmt: skip
+    if activation_flags and seq_len is None:  # they change only the activations, which need --seq-len
+        named = ", ".join(activation_flags)
+        verb = "change" if len(activation_flags) > 1 else "changes"
+        raise InputError(f"{activation_flags[0].lstrip('-')}: {named} {verb} only the activations, which need a "
+                         f"model shape and a sequence; give --model with --seq-len, or drop {named}")  # fmt: skip
+    micro_batch = 1 if micro_batch is None else micro_batch
+    recompute = "none" if recompute is None else recompute
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("micro-batch", micro_batch)):
         if value < 1:
             raise InputError(f"{name}: must be at least 1 (got {value})")
     if gpus is not None and dp is not None:
         raise InputError("dp: give --gpus or --dp, not both")
+    if gpu is not None and gpu_memory_gb is not None:
+        raise InputError("gpu-memory-gb: give --gpu or --gpu-memory-gb, not both (each sets the GPU's memory)")
+    assumed: dict[str, dict[str, object]] = {}
+    if gpus is None and dp is None:
+        assumed["dp"] = {"value": 1, "why": "neither --gpus nor --dp given"}
     if gpus is not None:
         if not 1 <= gpus <= MAX_GPUS:
             raise InputError(f"gpus: must be 1 to {MAX_GPUS:,} (got {gpus})")
@@ -169,6 +184,7 @@ def memory_command(
     if capacity is not None:
         usable = usable_memory_bytes(capacity, job)
         out |= {"capacity_gb": common.gb(capacity), "usable_gb": common.gb(usable), "fits": est.total_bytes <= usable}
+    out["assumed"] = assumed
     if as_json:
         common.print_json(out)
         return
@@ -188,6 +204,7 @@ def memory_command(
         common.console.print(
             f"usable {out['usable_gb']} of {capacity / 1e9:.1f} GB ({job.memory_headroom:.0%} headroom): {verdict}"
         )
+    common.print_assumed(assumed)
 
 
 def estimate_command(

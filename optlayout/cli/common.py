@@ -156,7 +156,7 @@ def assumed_arg(cluster: str | None) -> dict[str, dict[str, Any]]:
 
 
 def print_assumed(assumed: dict[str, dict[str, Any]]) -> None:
-    """One line per value the cluster shorthand assumed."""
+    """One line per value assumed (by the cluster shorthand; by `memory`, dp = 1): name=value (why)."""
     for name, a in assumed.items():
         console.print(f"assumed {name}={a['value']} ({a['why']})", soft_wrap=True, highlight=False)
 

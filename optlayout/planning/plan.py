@@ -105,7 +105,9 @@ class Plan(BaseModel):
     """What `solve` returns: status, timing, the ranked layouts and the inputs that produced them."""
 
     schema_version: int = SCHEMA_VERSION
-    status: str = Field(description="optimal | feasible (time limit hit) | infeasible")
+    status: str = Field(
+        description="optimal | feasible (time limit hit) | unknown (time limit hit before any layout) | infeasible"
+    )
     phases_s: dict[str, float] = Field(
         default_factory=dict,
         description="wall-clock seconds by phase (optlayout.timings.PHASES); not part of the answer, so never saved",
@@ -161,7 +163,10 @@ class Plan(BaseModel):
         return self.layouts[0]
 
     def layout_at(self, rank: int) -> PlannedLayout:
-        """The layout ranked `rank` (1 = best)."""
+        """The layout ranked `rank` (1 = best); a plan without layouts (infeasible) says why it has none."""
+        if not self.layouts:
+            why = self.diagnosis or "no diagnosis saved"
+            raise InfeasibleError(f"plan: the plan is {self.status} and holds no layout: {why}")
         if not 1 <= rank <= len(self.layouts):
             raise InputError(f"rank: the plan holds layouts 1..{len(self.layouts)}, not {rank}")
         return self.layouts[rank - 1]
@@ -176,7 +181,10 @@ class Plan(BaseModel):
     def load(cls, path: str | Path) -> Plan:
         """Read a saved plan; an older schema or a hand-edited illegal layout is a one-line error."""
         raw = PLAN.json(path)
-        version = raw.get("schema_version") if isinstance(raw, dict) else None
+        if not isinstance(raw, dict) or "schema_version" not in raw:
+            raise InputError(f"plan: {Path(path).name} is not a saved plan (no schema_version); `optlayout solve "
+                             "--save PLAN.json` writes one")  # fmt: skip
+        version = raw["schema_version"]
         if version != SCHEMA_VERSION:
             raise InputError(
                 f"plan: schema_version {version!r} is not supported (this optlayout reads {SCHEMA_VERSION}); "

@@ -196,7 +196,8 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
         result = solve_top_k(candidates, limits, top_k=top, time_limit_s=request.time_limit_s)
     diagnosis = None
     if result.status == "unknown":
-        diagnosis = f"time limit: CP-SAT found no layout within {request.time_limit_s} s; raise --time-limit"
+        diagnosis = (f"time limit: the {request.time_limit_s:g} s time limit ran out before CP-SAT found a layout or "
+                     "proved there is none (status unknown, not infeasible); raise --time-limit")  # fmt: skip
     elif not result.ranked:
         if legal:  # the memory of every layout, to say how far the closest one is
             with clock.phase("cost_tables"):

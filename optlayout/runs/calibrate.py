@@ -101,6 +101,8 @@ def load_calibration(path: str | Path) -> Calibration:
         calibration = Calibration.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "calibration")) from None
+    for key in calibration.entries:
+        _check_entry_key(key)
     for key, values in {"default": calibration.default, "moe": calibration.moe, **calibration.entries}.items():
         fittable = MOE_FITTED if key == "moe" else FITTED | FORMERLY_FITTED
         for name, value in values.items():  # only fitted constants, each inside the range a fit may reach
@@ -114,6 +116,21 @@ def load_calibration(path: str | Path) -> Calibration:
         except pydantic.ValidationError as exc:
             raise InputError(describe_validation_error(exc, f"calibration {key}")) from None
     return calibration
+
+
+def _check_entry_key(key: str) -> None:
+    """An entry is looked up by `calibration_key`: a key no job can produce (a typo, an unknown GPU) is refused
+    rather than silently never used."""
+    from optlayout.presets import GPU_FILE_ENV, gpu_names
+
+    gpu, _, precision = key.partition("/")
+    if gpu not in gpu_names():
+        raise InputError(f"calibration entries.{key}: {gpu!r} is not a GPU preset, so no job would use these "
+                         f"constants (valid: {', '.join(gpu_names())}; a GPU of {GPU_FILE_ENV} needs it "
+                         "set)")  # fmt: skip
+    if precision not in ("bf16", "fp8"):
+        raise InputError(f"calibration entries.{key}: the precision after '/' must be bf16 or fp8 (fp16 jobs use "
+                         f"bf16's), not {precision!r}, so no job would use these constants")  # fmt: skip
 
 
 def shipped_calibration_path() -> Path:

@@ -433,7 +433,7 @@ def run_from_log(
     _check_layout(layout_text, run, job, cluster)
     measurement = measure_log(path, fmt, job, cluster, run, warmup)
     try:
-        return RunRecord(
+        record = RunRecord(
             id=run_id or path.stem,
             source=source or f"{fmt} training log",
             model=model,
@@ -444,6 +444,10 @@ def run_from_log(
         )
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "run")) from None
+    from optlayout.runs.predict import check_record  # the solver's space: loaded once a record is made
+
+    check_record(record)  # `compare` reads only records some legal layout matches
+    return record
 
 
 def record_line(record: RunRecord) -> str:

@@ -72,6 +72,23 @@ def _pins(record: RunRecord) -> dict[str, Any]:
     return pins
 
 
+def record_problem(record: RunRecord, params: CostParams = DEFAULT_PARAMS, topology: Topology | None = None) -> Problem:
+    """The search problem a run is predicted in: its published fields (and recipe fills) pinned."""
+    pins = _pins(record)
+    options = SpaceOptions(pins=pins, max_micro_batch=max(16, int(pins.get("micro_batch", 1))), max_vp=32,
+                           max_cp=max(64, int(pins.get("cp", 1))), allow_tp_beyond_domain=True)  # fmt: skip
+    return Problem(record.model, run_job(record), topology or topology_from_cluster(record.cluster), params, options)
+
+
+def check_record(record: RunRecord, problem: Problem | None = None) -> None:
+    """Refuse a record no legal layout matches (the check `compare` makes; `runs from-log` makes it before
+    writing a record)."""
+    problem = problem or record_problem(record)
+    if next(iter(problem.layouts()), None) is None:
+        problems = _explain_illegal(record, problem.job)
+        raise InputError(f"run {record.id}: no legal layout matches the published fields ({problems})")
+
+
 def predict_run(
     record: RunRecord, params: CostParams = DEFAULT_PARAMS, topology: Topology | None = None
 ) -> RunPrediction:
@@ -86,16 +103,10 @@ def predict_run(
     """
     from optlayout.solver.cpsat import solve_top_k  # OR-Tools loads when a run is predicted, not for a calibration file
 
-    job = run_job(record)
-    topo = topology or topology_from_cluster(record.cluster)
-    pins = _pins(record)
-    options = SpaceOptions(pins=pins, max_micro_batch=max(16, int(pins.get("micro_batch", 1))), max_vp=32,
-                           max_cp=max(64, int(pins.get("cp", 1))), allow_tp_beyond_domain=True)  # fmt: skip
-    problem = Problem(record.model, job, topo, params, options)
+    problem = record_problem(record, params, topology)
+    check_record(record, problem)
+    pins = problem.options.pins
     layouts = list(problem.layouts())
-    if not layouts:
-        problems = _explain_illegal(record, job)
-        raise InputError(f"run {record.id}: no legal layout matches the published fields ({problems})")
     if "recompute" not in pins:  # unpublished: the least recomputation that fits, down to the layers of full
         layouts = [problem.table.fewest_recomputed(lay, problem.capacity_bytes) for lay in layouts]
     candidates = [problem.table.candidate(lay) for lay in layouts]

@@ -616,9 +616,14 @@ def _record(raw: Any, where: str) -> RunRecord:
     if isinstance(model, dict):  # the record format writes null for "not stated"
         raw = raw | {"model": {k: v for k, v in model.items() if v is not None}}
     try:
-        return RunRecord.model_validate(raw)
+        record = RunRecord.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, f"runs: {where}")) from None
+    try:
+        gpu_preset(record.cluster.gpu)  # named here, where the file, line and run are known
+    except InputError as exc:
+        raise InputError(f"runs: {where} (run {record.id!r}): {exc}") from None
+    return record
 
 
 def _kind(value: object) -> str:

@@ -33,7 +33,7 @@ from optlayout.solver.candidates import (
 
 @dataclass
 class SolveResult:
-    status: str  # optimal | feasible | infeasible
+    status: str  # optimal | feasible | infeasible | unknown (the time limit ran out before a layout was found)
     ranked: list[Candidate]
     solve_time_s: float
     build_time_s: float

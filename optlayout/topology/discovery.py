@@ -26,7 +26,7 @@ from optlayout.errors import InputError
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.limits import MAX_GPUS_PER_SERVER, MAX_SERVERS, MAX_SWITCH_TIERS
 from optlayout.inputs.xml_doc import int_attribute, number_attribute, parse_xml
-from optlayout.presets import gpu_preset
+from optlayout.presets import gpu_names, gpu_preset
 
 Doc = list[dict[str, Any]]  # nodes or edges of a topology document
 ScaleUpChoice = Literal["auto", "nvswitch", "mesh", "pcie"]
@@ -301,6 +301,7 @@ class _XmlServer:
     busid_gpu: dict[str, str] = field(default_factory=dict)
     nic_speeds: list[float] = field(default_factory=list)
     sm: set[int] = field(default_factory=set)
+    devices: set[str] = field(default_factory=set)  # the GPUs' PCI device ids, as the file writes them
 
 
 def from_nccl_xml(text: str, opts: DiscoverOptions) -> dict[str, Any]:
@@ -326,6 +327,8 @@ def from_nccl_xml(text: str, opts: DiscoverOptions) -> dict[str, Any]:
         raise InputError('nccl-xml: no GPU (<pci class="0x03...">) in the file')
     guess = SM_PRESETS.get(max(server.sm)) if server.sm else None
     gpu = _gpu_name(opts, guess, f"cannot tell the GPU model from sm={sorted(server.sm) or 'none'}")
+    if opts.gpu is None:
+        opts.notes.append(_sm_guess_note(gpu, server))
     if len(server.gpus) > MAX_GPUS_PER_SERVER:
         raise InputError(f"nccl-xml: {len(server.gpus)} GPUs, over {MAX_GPUS_PER_SERVER} in one server")
     if len({dev for dev, _, _ in server.gpus}) != len(server.gpus):
@@ -340,6 +343,16 @@ def from_nccl_xml(text: str, opts: DiscoverOptions) -> dict[str, Any]:
     )
     description = f"from NCCL topology XML: {len(order)}x {gpu} ({kind}), {len(server.nic_speeds)} NICs per server"
     return _generator_doc(opts, gpu, {"nodes": server.nodes, "edges": server.edges}, description)
+
+
+def _sm_guess_note(gpu: str, server: _XmlServer) -> str:
+    """The assumption behind a GPU preset read from the SM version alone (which one architecture's parts share)."""
+    arch = gpu_preset(gpu).arch
+    others = [name for name in gpu_names() if name != gpu and gpu_preset(name).arch == arch]
+    devices = f" (PCI device {', '.join(sorted(server.devices))})" if server.devices else ""
+    also = f"; other {arch} presets ({', '.join(others)}) differ in memory and peak TFLOP/s" if others else ""
+    return (f"GPU model is not in the NCCL topology file: assumed {gpu} from sm {max(server.sm)}{devices}{also}; "
+            "give --gpu PRESET")  # fmt: skip
 
 
 def _socket_gbytes_per_s(cpu: ET.Element) -> float:
@@ -378,6 +391,8 @@ def _xml_child(elem: ET.Element, parent: str, server: _XmlServer, opts: Discover
         node = f"gpu{dev}"
         if gpu is not None and gpu.get("sm"):
             server.sm.add(int_attribute(gpu, "sm", 0, "nccl-xml"))
+        if elem.get("device"):
+            server.devices.add(_short(elem.get("device", "").strip().lower()))
         server.gpus.append((dev, node, gpu if gpu is not None else ET.Element("gpu")))
         server.busid_gpu[busid] = node
         server.nodes.append({"id": node, "kind": "gpu"})
