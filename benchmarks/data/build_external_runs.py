@@ -32,7 +32,8 @@ MODELS_YAML = HERE.parent.parent / "optlayout" / "presets" / "models.yaml"
 
 # Calibration set (../shared/data): Megatron-Bridge Llama 3 8B / 70B and Qwen3-30B-A3B / GPT-OSS 120B rows.
 IN_CALIBRATION = ("LLAMA3_8B", "LLAMA3_70B", "Qwen3_30B_a3B", "GPT OSS 120B")
-SYSTEMS = {  # Megatron-Bridge system -> cluster, as the calibration records of the same tables give them
+# Megatron-Bridge system -> cluster, as the calibration records of the same tables give them
+SYSTEMS: dict[str, dict[str, Any]] = {
     "DGX-GB300": {"gpu": "gb300", "gpus_per_node": 4, "nvlink_domain": 72, "inter_node_gbps_per_gpu": 800},
     "DGX-GB200": {"gpu": "gb200", "gpus_per_node": 4, "nvlink_domain": 72, "inter_node_gbps_per_gpu": 400},
     "DGX-B200": {"gpu": "b200", "gpus_per_node": 8, "nvlink_domain": 8, "inter_node_gbps_per_gpu": 400},
@@ -135,8 +136,9 @@ def _bridge_records(path: str, release: str, phase: str, heading: str, cells: di
     pp, vp = int(cells["PP"]), _int(cells["VP"])
     counts = stage_layer_counts(spec["layers"], pp)
     if vp and vp > 1 and not vp_fits(counts, vp):  # Megatron-Bridge sets a custom --pipeline-model-parallel-layout
-        skipped[f"{label}: pp {pp} x vp {vp} over {spec['layers']} layers: not the tool's stage split "
-                f"(stages of {sorted(set(counts))} layers; the recipe's own pipeline layout is not expressible)"] += 1
+        why = (f"{label}: pp {pp} x vp {vp} over {spec['layers']} layers: not the tool's stage split (stages of "
+               f"{sorted(set(counts))} layers; the recipe's own pipeline layout is not expressible)")  # fmt: skip
+        skipped[why] += 1
         return []
     records = []
     for variant, (prec_label, tps) in enumerate(((precisions[0], measured[0]), (precisions[1], measured[1]))):
@@ -146,23 +148,24 @@ def _bridge_records(path: str, release: str, phase: str, heading: str, cells: di
             skipped[f"{prec_label}: no such precision in the tool"] += 1
             continue
         precision, recipe = PRECISIONS[prec_label]
-        cluster = dict(SYSTEMS[system], gpus=int(cells["#-GPUs"]))
+        gpus = int(cells["#-GPUs"])
+        cluster: dict[str, Any] = dict(SYSTEMS[system], gpus=gpus)
         tp, pp, cp = (int(_split(cells[k])[0]) for k in ("TP", "PP", "CP"))
         fsdp = _int(_split(cells.get("FSDP", "0"))[0])
         job: dict[str, Any] = {"seq_len": int(cells["Sequence Length"]), "global_batch": int(cells["GBS"]),
                                "precision": precision}  # fmt: skip
         if recipe:
             job["fp8_recipe"] = recipe
-        layout: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": cluster["gpus"] // (tp * pp * cp)}
+        layout: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp)}
         if "moe" in spec:
             job["moe_routing"] = "balanced"  # "we force-balance the token distribution among experts", dropless
             layout |= {"ep": int(cells["EP"]), "etp": 1}
         layout |= {"vp": _int(_split(cells["VP"])[0]), "micro_batch": int(cells["MBS"]),
                    "sharding": "fsdp" if fsdp else None, "recompute": None, "sequence_parallel": None}  # fmt: skip
-        gpu = cluster["gpu"]
+        gpu = str(cluster["gpu"])
         tag = "main" if variant == 0 else "alt"
         prec_slug = {"tensorwise": "fp8", "mxfp8": "mxfp8"}.get(recipe or "", precision)  # the calibration's ids
-        rid = f"mb-{release}-pretrain-{gpu.removesuffix('-sxm')}-{slug}-{prec_slug}-{cluster['gpus']}g-{tag}"
+        rid = f"mb-{release}-pretrain-{gpu.removesuffix('-sxm')}-{slug}-{prec_slug}-{gpus}g-{tag}"
         source = (f"NVIDIA-NeMo/Megatron-Bridge@{BRIDGE_COMMIT[:8]} {path}, {release} NeMo Container, "
                   f"{phase}, {'Model' if 'Model' not in cells else 'System'}: {heading}"
                   + (f", row {label}" if "Model" in cells else ""))  # fmt: skip
@@ -240,7 +243,7 @@ TORCHTITAN_ROWS: tuple[tuple[Any, ...], ...] = (
 
 def torchtitan_records() -> list[dict[str, Any]]:
     out = []
-    for (rid, source, model, gpus, seq, gbs, precision, recipe, tp, pp, cp, vp, mbs, recompute, tps) in TORCHTITAN_ROWS:
+    for rid, source, model, gpus, seq, gbs, precision, recipe, tp, pp, cp, vp, mbs, recompute, tps in TORCHTITAN_ROWS:
         h200 = "h200" in rid
         cluster = {**_TT_H100, "gpu": "h200"} if h200 else dict(_TT_H100)
         job: dict[str, Any] = {"seq_len": seq, "global_batch": gbs, "precision": precision}
