@@ -7,6 +7,14 @@ with `git show BRIDGE_COMMIT:docs/performance-summary*.md` and parsed here, so n
 hand. The torchtitan rows (`TORCHTITAN_ROWS`) are transcribed from github.com/pytorch/torchtitan @`TITAN_COMMIT`
 benchmarks/*.md, each with its table; the sequence length those tables leave out is the default of the training
 config of the torchtitan commit each benchmark names (quoted per row).
+
+Recipe fills (`BRIDGE_PRESETS`, `_BRIDGE_RULES`, `_recipe_fill`): the tables leave the token dispatcher, recomputation,
+sharding and (Kimi K2) optimizer unstated; each Bridge record states the run-record fields its release's performance
+recipe sets (job.moe_dispatcher, layout.recompute / recompute_modules, layout.sharding, job.optimizer,
+job.fp8_param_gather), transcribed from the release's tag (`BRIDGE_TAGS`; scripts/performance/configs/*/...
+workload presets, or src/megatron/bridge/perf_recipes at v0.6.0) with file, tag and lines in the record's `source`,
+and only where the record's published (tp, pp, cp, vp, ep, micro batch) are the preset's. What the recipe sets that the
+format has no field for (overlap_moe_expert_parallel_comm, a custom pipeline layout) is named in `source` only.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -87,10 +95,12 @@ def _int(cell: str) -> int | None:
     return None if cell in ("n/a", "") else int(cell)
 
 
-def bridge_rows(git_dir: str) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """Every pre-training row of the Megatron-Bridge tables the tool can express, and the others counted by why."""
+def bridge_rows(git_dir: str) -> tuple[list[dict[str, Any]], Counter[str], Counter[str]]:
+    """Every pre-training row of the Megatron-Bridge tables the tool can express (with its recipe's fields filled,
+    `_recipe_fill`), the others counted by why, and the recipe fills counted."""
     out: list[dict[str, Any]] = []
     skipped: Counter[str] = Counter()
+    filled: Counter[str] = Counter()
     for path in BRIDGE_FILES:
         text = subprocess.run(["git", "-C", git_dir, "show", f"{BRIDGE_COMMIT}:{path}"], check=True,
                               capture_output=True, text=True).stdout  # fmt: skip
@@ -109,8 +119,9 @@ def bridge_rows(git_dir: str) -> tuple[list[dict[str, Any]], Counter[str]]:
                 cells = dict(zip(header, (c.strip() for c in line.strip().strip("|").split("|")), strict=True))
                 assert release and phase and heading
                 for rec in _bridge_records(path, release, phase, heading, cells, skipped):
+                    _recipe_fill(rec, release, rec["id"].split("-")[4], filled)
                     out.append(rec)
-    return out, skipped
+    return out, skipped, filled
 
 
 def _bridge_records(path: str, release: str, phase: str, heading: str, cells: dict[str, str],
@@ -174,6 +185,409 @@ def _bridge_records(path: str, release: str, phase: str, heading: str, cells: di
                         "measured": {"tokens_per_s_per_gpu": float(tps.replace(",", "")),
                                      "derived_from": "tokens_per_s"}})  # fmt: skip
     return records
+
+
+# --- Recipe fills: what the Megatron-Bridge performance recipe of each release sets that the tables leave out ---
+# The container each release ships (docs/versions1.json @BRIDGE_COMMIT lines 7-48).
+BRIDGE_TAGS = {"25.11": "v0.2.0", "26.02": "v0.3.0", "26.02.01": "v0.3.1", "26.04": "v0.4.0", "26.04.01": "v0.4.2",
+               "26.06": "v0.5.0", "26.06.01": "v0.5.1", "26.08": "v0.6.0"}  # fmt: skip
+_PRESET_FILES = {  # scripts/performance/configs/<file> at each tag up to v0.5.1 (v0.6.0: src/.../perf_recipes)
+    "deepseekv3": ("deepseek/workload_base_configs.py", "deepseek/deepseek_workload_base_configs.py"),
+    "qwen3235ba22b": ("qwen3/workload_base_configs.py", "qwen/qwen3_workload_base_configs.py"),
+    "kimik2": ("", "kimi/kimi_workload_base_configs.py"),
+    "llama31405b": ("llama31/workload_base_configs.py", "llama/llama31_workload_base_configs.py"),
+}
+_PERF = "scripts/performance"
+
+
+class _Preset(NamedTuple):
+    """A release's workload preset of the performance scripts (or v0.6.0 perf recipe) as it resolves: `lines` the
+    preset's definition and the presets it derives from; `degrees` (tp, pp, cp, vp, ep, micro batch) it runs;
+    `dispatcher` the token dispatcher the run ends with (None: dense); `recompute_modules` the selective recompute
+    modules (None: no recomputation); `ep_overlap` overlap_moe_expert_parallel_comm; `pp_layout` its own
+    --pipeline-model-parallel-layout; `fsdp` use_megatron_fsdp; `offload_layers` cpu_offloading_num_layers."""
+
+    tag: str
+    name: str
+    lines: str
+    degrees: tuple[int, int, int, int | None, int, int]
+    dispatcher: str | None
+    recompute_modules: tuple[str, ...] | None
+    ep_overlap: bool
+    pp_layout: str | None = None
+    fsdp: bool = False
+    offload_layers: int | None = None
+    where: str | None = None  # the file, where not the tag's workload preset file
+
+
+# Resolved from each tag's preset file (dataclasses.replace chains followed; V2 presets where the published GBS is
+# V2's, V1 / unversioned otherwise; 25.11's file has one preset per GPU and precision). The dispatcher, recompute and
+# sharding each preset leads to follow the tag's rules in `_BRIDGE_RULES`.
+BRIDGE_PRESETS: dict[tuple[str, str, str, str, str | None], _Preset] = {
+    ("25.11", "deepseekv3", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.2.0", "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG", "74, 73, 63-71, 22-24", (1, 16, 1, None, 8, 1), "alltoall",
+        ("mla_up_proj",), False),
+    ("25.11", "deepseekv3", "gb200", "bf16", None): _Preset(
+        "v0.2.0", "DEEPSEEK_V3_GB200_BF16_BASE_CONFIG", "58, 45-57, 22-24", (1, 4, 1, 4, 64, 1), "flex",
+        ("mla_up_proj",), False),
+    ("25.11", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.2.0", "DEEPSEEK_V3_GB200_FP8_MX_BASE_CONFIG", "60, 45-57, 22-24", (1, 4, 1, 4, 64, 1), "flex",
+        ("mla_up_proj",), False),
+    ("25.11", "llama31405b", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.2.0", "LLAMA31_405B_B200_FP8_MX_BASE_CONFIG", "136, 125-133, 22", (4, 8, 2, 8, 1, 1), None, None, False),
+    ("25.11", "llama31405b", "b200", "fp8", "tensorwise"): _Preset(
+        "v0.2.0", "LLAMA31_405B_B200_FP8_CS_BASE_CONFIG", "125-133, 22", (4, 8, 2, 8, 1, 1), None, None, False),
+    ("25.11", "llama31405b", "gb200", "fp8", "tensorwise"): _Preset(
+        "v0.2.0", "LLAMA31_405B_GB200_FP8_CS_BASE_CONFIG", "81-88, 22", (2, 1, 1, None, 1, 1), None, None, False,
+        fsdp=True, offload_layers=92),
+    ("25.11", "llama31405b", "gb300", "fp8", "tensorwise"): _Preset(
+        "v0.2.0", "LLAMA31_405B_GB300_FP8_CS_BASE_CONFIG", "37-44, 22", (2, 1, 1, None, 1, 1), None, None, False,
+        fsdp=True, offload_layers=10),
+    ("25.11", "llama31405b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.2.0", "LLAMA31_405B_H100_FP8_CS_BASE_CONFIG", "159-167, 22", (8, 8, 2, 8, 1, 1), None, None, False),
+    ("25.11", "qwen3235ba22b", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.2.0", "QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG", "120, 109-117, 22-24", (1, 8, 1, 4, 8, 1), "alltoall",
+        None, True),
+    ("25.11", "qwen3235ba22b", "gb200", "bf16", None): _Preset(
+        "v0.2.0", "QWEN3_235B_A22B_GB200_BF16_BASE_CONFIG", "71-80, 22-24", (1, 8, 1, None, 8, 1), "flex", None, False),
+    ("25.11", "qwen3235ba22b", "gb300", "bf16", None): _Preset(
+        "v0.2.0", "QWEN3_235B_A22B_GB300_BF16_BASE_CONFIG", "42-52, 22-24", (2, 1, 1, None, 64, 4), "flex", None,
+        False),
+    ("25.11", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.2.0", "QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG", "135-144, 22-24", (2, 8, 1, 4, 32, 1), "alltoall", None,
+        True),
+    ("26.02", "deepseekv3", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.3.0", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2", "184, 183, 178-181, 105-114, 32-34",
+        (1, 16, 1, None, 8, 1), "flex", ("mla_up_proj",), False),
+    ("26.02", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.3.0", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "161, 155-158, 72-84, 32-34", (1, 4, 1, 4, 64, 1),
+        "flex", ("mla_up_proj",), False),
+    ("26.02", "llama31405b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.3.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "275-281, 98-106, 29", (4, 16, 1, 8, 1, 1), None,
+        None, False),
+    ("26.02", "llama31405b", "gb200", "fp8", "tensorwise"): _Preset(
+        "v0.3.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2", "262-272, 88-95, 29", (4, 16, 1, 4, 1, 1), None, None,
+        False),
+    ("26.02", "llama31405b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.3.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "238-243, 54-62, 29", (2, 8, 2, 4, 1, 1), None, None,
+        False),
+    ("26.02", "llama31405b", "gb300", "fp8", "tensorwise"): _Preset(
+        "v0.3.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", "225-235, 44-51, 29", (4, 8, 1, 4, 1, 1), None, None,
+        False),
+    ("26.02", "llama31405b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.3.0", "LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "297-300, 203-211, 29", (8, 8, 2, 8, 1, 1), None, None,
+        False),
+    ("26.02", "qwen3235ba22b", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.3.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2", "259, 252-256, 146-153, 32-34",
+        (1, 8, 1, None, 8, 1), "alltoall", None, False),
+    ("26.02", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.3.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "225, 217-222, 95-104, 32-34",
+        (1, 8, 1, None, 32, 1), "flex", None, False),
+    ("26.02", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.3.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "207, 197-204, 67-77, 32-34",
+        (1, 4, 1, None, 32, 2), "flex", None, False),
+    ("26.02", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.3.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "268-271, 171-180, 32-34", (2, 8, 1, 4, 32, 1),
+        "alltoall", None, True),
+    ("26.02.01", "deepseekv3", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.3.1", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2", "184, 183, 178-181, 105-114, 32-34",
+        (1, 16, 1, None, 8, 1), "flex", ("mla_up_proj",), False),
+    ("26.02.01", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.3.1", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "161, 155-158, 72-84, 32-34", (1, 4, 1, 4, 64, 1),
+        "flex", ("mla_up_proj",), False),
+    ("26.02.01", "kimik2", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.3.1", "KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX", "42, 27-39, 22-24", (1, 4, 1, 4, 64, 2), "flex",
+        ("mla_up_proj",), False),
+    ("26.02.01", "llama31405b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.3.1", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "275-281, 98-106, 29", (4, 16, 1, 8, 1, 1), None,
+        None, False),
+    ("26.02.01", "llama31405b", "gb200", "fp8", "tensorwise"): _Preset(
+        "v0.3.1", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2", "262-272, 88-95, 29", (4, 16, 1, 4, 1, 1), None, None,
+        False),
+    ("26.02.01", "llama31405b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.3.1", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "238-243, 54-62, 29", (2, 8, 2, 4, 1, 1), None, None,
+        False),
+    ("26.02.01", "llama31405b", "gb300", "fp8", "tensorwise"): _Preset(
+        "v0.3.1", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", "225-235, 44-51, 29", (4, 8, 1, 4, 1, 1), None, None,
+        False),
+    ("26.02.01", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.3.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "216, 208-213, 97-106, 32-35",
+        (1, 8, 1, None, 32, 1), "flex", None, False),
+    ("26.02.01", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.3.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "198, 197, 187-194, 56-66, 32-35",
+        (1, 4, 1, None, 32, 2), "flex", None, False),
+    ("26.02.01", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.3.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "259-262, 171-180, 32-35", (2, 8, 1, 4, 32, 1),
+        "alltoall", None, True),
+    ("26.04", "deepseekv3", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.4.0", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2", "201, 200, 195-198, 110-119, 32-34",
+        (1, 16, 1, None, 8, 1), "flex", ("mla_up_proj",), False),
+    ("26.04", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.4.0", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "170, 161-164, 72-84, 32-34", (1, 4, 1, 4, 64, 1),
+        "flex", ("mlp",), False),
+    ("26.04", "kimik2", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.4.0", "KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX", "42, 27-39, 22-24", (1, 4, 1, 4, 64, 2), "flex",
+        ("mla_up_proj",), False),
+    ("26.04", "llama31405b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.4.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "275-281, 98-106, 29", (4, 16, 1, 8, 1, 1), None,
+        None, False),
+    ("26.04", "llama31405b", "gb200", "fp8", "tensorwise"): _Preset(
+        "v0.4.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2", "262-272, 88-95, 29", (4, 16, 1, 4, 1, 1), None, None,
+        False),
+    ("26.04", "llama31405b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.4.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "238-243, 54-62, 29", (2, 8, 2, 4, 1, 1), None, None,
+        False),
+    ("26.04", "llama31405b", "gb300", "fp8", "tensorwise"): _Preset(
+        "v0.4.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", "225-235, 44-51, 29", (4, 8, 1, 4, 1, 1), None, None,
+        False),
+    ("26.04", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.4.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "222-225, 214-219, 96-105, 32-34",
+        (1, 8, 1, 3, 32, 1), "flex", None, False),
+    ("26.04", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.4.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "200-203, 199, 189-196, 54-64, 32-34",
+        (1, 4, 1, 12, 32, 2), "flex", None, False),
+    ("26.04", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.4.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "273-276, 173-182, 32-34", (2, 8, 1, 4, 32, 1),
+        "alltoall", None, True),
+    ("26.04.01", "deepseekv3", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2", "203-214, 202, 197-200, 110-119, 32-34",
+        (1, 8, 1, 2, 32, 1), "flex", ("mla_up_proj", "mlp"), True, pp_layout="Et*4|(t*4|)*14tmL"),
+    ("26.04.01", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "170, 161-164, 72-84, 32-34", (1, 4, 1, 4, 64, 1),
+        "flex", ("mlp",), False),
+    ("26.04.01", "kimik2", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX", "42, 27-39, 22-24", (1, 4, 1, 4, 64, 2), "flex",
+        ("mla_up_proj",), False),
+    ("26.04.01", "llama31405b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "275-281, 98-106, 29", (4, 16, 1, 8, 1, 1), None,
+        None, False),
+    ("26.04.01", "llama31405b", "gb200", "fp8", "tensorwise"): _Preset(
+        "v0.4.2", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2", "262-272, 88-95, 29", (4, 16, 1, 4, 1, 1), None, None,
+        False),
+    ("26.04.01", "llama31405b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "238-243, 54-62, 29", (2, 8, 2, 4, 1, 1), None, None,
+        False),
+    ("26.04.01", "llama31405b", "gb300", "fp8", "tensorwise"): _Preset(
+        "v0.4.2", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", "225-235, 44-51, 29", (4, 8, 1, 4, 1, 1), None, None,
+        False),
+    ("26.04.01", "llama31405b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.4.2", "LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "297-300, 203-211, 29", (8, 8, 2, 8, 1, 1), None, None,
+        False),
+    ("26.04.01", "qwen3235ba22b", "b200", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2", "265, 258-262, 149-156, 32-34",
+        (1, 8, 1, None, 8, 1), "alltoall", None, False),
+    ("26.04.01", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "224-227, 216-221, 96-105, 32-34",
+        (1, 8, 1, 3, 32, 1), "flex", None, False),
+    ("26.04.01", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.4.2", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "202-205, 201, 191-198, 54-64, 32-34",
+        (1, 4, 1, 12, 32, 2), "flex", None, False),
+    ("26.04.01", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.4.2", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "275-278, 175-184, 32-34", (2, 8, 1, 4, 32, 1),
+        "alltoall", None, True),
+    ("26.06", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.5.0", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "209-212, 98-105, 80-92, 32-34", (1, 4, 1, 4, 64, 1),
+        "flex", ("mla_up_proj",), True),
+    ("26.06", "kimik2", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.5.0", "KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX", "42, 27-39, 22-24", (1, 4, 1, 4, 64, 2), "flex",
+        ("mla_up_proj",), False),
+    ("26.06", "llama31405b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.5.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "276-282, 98-106, 29", (4, 16, 1, 8, 1, 1), None,
+        None, False),
+    ("26.06", "llama31405b", "gb200", "fp8", "tensorwise"): _Preset(
+        "v0.5.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2", "263-273, 88-95, 29", (4, 16, 1, 4, 1, 1), None, None,
+        False),
+    ("26.06", "llama31405b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.5.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "238-243, 54-62, 29", (2, 8, 2, 4, 1, 1), None, None,
+        False),
+    ("26.06", "llama31405b", "gb300", "fp8", "tensorwise"): _Preset(
+        "v0.5.0", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", "225-235, 44-51, 29", (4, 8, 1, 4, 1, 1), None, None,
+        False),
+    ("26.06", "llama31405b", "h100-sxm", "fp8", "tensorwise"): _Preset(
+        "v0.5.0", "LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "314-317, 203-211, 29", (8, 8, 2, 8, 1, 1), None, None,
+        False),
+    ("26.06", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.5.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "229-237, 221-226, 96-105, 32-34",
+        (1, 8, 1, 3, 32, 1), "flex", None, True),
+    ("26.06", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.5.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "202-210, 201, 191-198, 54-64, 32-34",
+        (1, 4, 1, 12, 32, 2), "flex", None, True),
+    ("26.06.01", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.5.1", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "224-227, 98-105, 80-92, 32-34", (1, 4, 1, 4, 64, 1),
+        "flex", ("mla_up_proj",), True),
+    ("26.06.01", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.5.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "229-237, 221-226, 96-105, 32-34",
+        (1, 8, 1, 3, 32, 1), "flex", None, True),
+    ("26.06.01", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.5.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "202-210, 201, 191-198, 54-64, 32-34",
+        (1, 4, 1, 12, 32, 2), "flex", None, True),
+    # 26.08 (v0.6.0): flat perf recipes replace the presets; the Qwen3 ones are named 64-GPU (GBS 2048), the same
+    # per-GPU degrees as the published 256-GPU runs
+    ("26.08", "deepseekv3", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.6.0",
+        "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config",
+        "134-160; perf_recipes/deepseek/common.py 31-37 "
+        "(recompute_granularity selective), 49-77 (_enable_deepseek_full_iteration_mxfp8: hybridep flex dispatcher, "
+        "overlap_moe_expert_parallel_comm, moe_paged_stash, moe_expert_rank_capacity_factor 1.5)",
+        (1, 4, 1, 4, 64, 1),
+        "flex",
+        ("mla_up_proj",),
+        True,
+        where="src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v3.py",
+    ),
+    ("26.08", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
+        "v0.6.0",
+        "qwen3_235b_a22b_pretrain_64gpu_gb200_fp8mx_config",
+        "142-168 (recompute_granularity None 147-149, "
+        "hybridep flex 164-165); perf_recipes/qwen/common.py 36-60 (_enable_hybridep_full_iteration_mxfp8: "
+        "overlap_moe_expert_parallel_comm, moe_paged_stash)",
+        (1, 8, 1, 3, 32, 1),
+        "flex",
+        None,
+        True,
+        where="src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py",
+    ),
+    ("26.08", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
+        "v0.6.0",
+        "qwen3_235b_a22b_pretrain_64gpu_gb300_fp8mx_config",
+        "141-167 (recompute_granularity None 146-148, "
+        "hybridep flex 163-164); perf_recipes/qwen/common.py 36-60 (_enable_hybridep_full_iteration_mxfp8: "
+        "overlap_moe_expert_parallel_comm, moe_paged_stash)",
+        (1, 4, 1, 12, 32, 2),
+        "flex",
+        None,
+        True,
+        where="src/megatron/bridge/perf_recipes/qwen/gb300/qwen3_moe.py",
+    ),
+}  # fmt: skip
+
+_DS_RULE = (
+    "{perf}/configs/deepseek/deepseek_llm_pretrain.py line {sel} recompute_granularity selective with the "
+    "preset's recompute_modules; {disp}; src/megatron/bridge/recipes/deepseek/deepseek_v3.py {opt}"
+)
+_QW_RULE = (
+    "{perf}/configs/{q}/qwen3_llm_pretrain.py set_qwen3_common_configs lines {none} recompute_granularity "
+    "None (no preset sets recompute); {disp}; src/megatron/bridge/recipes/qwen/qwen3_moe.py {opt}"
+)
+_KIMI_RULE = (
+    "{perf}/configs/kimi/kimi_llm_pretrain.py line 47 recompute_granularity selective with the preset's "
+    "modules, lines 77-79 apply_flex_dispatcher_backend with the preset's hybridep{ovr}; optimizer_type "
+    "muon by default ({perf}/argument_parser.py line {argp}; src/megatron/bridge/recipes/kimi/kimi_k2.py lines {muon}: "
+    "distributed_muon, use_distributed_optimizer False), and with it and MXFP8 fp8_param_gather False "
+    "(kimi_llm_pretrain.py lines 38-44)"
+)
+_LL_RULE = "src/megatron/bridge/recipes/llama/llama3.py {rule} (the presets set no recompute or offload)"
+_FLEX_OLD = (
+    "the recipe's apply_flex_dispatcher_backend (src/megatron/bridge/recipes/{f} line {a}) makes the preset's "
+    "backend flex; without one the provider's alltoall stays (src/megatron/bridge/{p})"
+)
+_FLEX_NEW = _PERF + "/utils/overrides.py lines {l}: the preset's backend -> flex dispatcher, none -> alltoall"
+_BRIDGE_RULES: dict[tuple[str, str], str] = {
+    ("v0.2.0", "deepseekv3"): _DS_RULE.format(perf=_PERF, sel=37, disp=_FLEX_OLD.format(
+        f="deepseek/deepseek_v3.py", a=260, p="models/deepseek/deepseek_provider.py line 76"),
+        opt="line 307 use_distributed_optimizer True, line 166 use_megatron_fsdp False"),
+    ("v0.3.0", "deepseekv3"): _DS_RULE.format(perf=_PERF, sel=34, disp=_FLEX_OLD.format(
+        f="deepseek/deepseek_v3.py", a=267, p="models/deepseek/deepseek_provider.py line 76"),
+        opt="line 314 use_distributed_optimizer True, line 190 use_megatron_fsdp False"),
+    ("v0.3.1", "deepseekv3"): _DS_RULE.format(perf=_PERF, sel=39, disp="src/megatron/bridge/recipes/"
+        "deepseek/deepseek_v3.py lines 105-106 and 196: hybridep flex dispatcher, the perf script keeps the "
+        "preset's backend",
+        opt="lines 185-186 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.4.0", "deepseekv3"): _DS_RULE.format(perf=_PERF, sel=39, disp=_FLEX_NEW.format(l="225-228"),
+        opt="lines 185-186 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.4.2", "deepseekv3"): _DS_RULE.format(perf=_PERF, sel=39, disp=_FLEX_NEW.format(l="230-233"),
+        opt="lines 185-186 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.5.0", "deepseekv3"): _DS_RULE.format(perf=_PERF, sel=40, disp=_FLEX_NEW.format(l="258-261"),
+        opt="lines 229-230 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.5.1", "deepseekv3"): _DS_RULE.format(perf=_PERF, sel=44, disp=_FLEX_NEW.format(l="258-261"),
+        opt="lines 229-230 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.6.0", "deepseekv3"): "src/megatron/bridge/recipes/deepseek/deepseek_v3.py lines 26-27 -> "
+        "recipes/deepseek/h100/deepseek_v3.py lines 230-231: use_distributed_optimizer True, use_megatron_fsdp False",
+    ("v0.2.0", "qwen3235ba22b"): _QW_RULE.format(perf=_PERF, q="qwen3", none="33-38", disp=_FLEX_OLD.format(
+        f="qwen/qwen3_moe.py", a=270, p="models/qwen/qwen_provider.py line 395"),
+        opt="lines 318-319 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.3.0", "qwen3235ba22b"): _QW_RULE.format(perf=_PERF, q="qwen", none="30-35", disp=_FLEX_OLD.format(
+        f="qwen/qwen3_moe.py", a=270, p="models/qwen/qwen_provider.py line 396"),
+        opt="lines 318-319 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.3.1", "qwen3235ba22b"): _QW_RULE.format(perf=_PERF, q="qwen", none="30-35", disp="qwen3_llm_pretrain.py "
+        "sets moe_token_dispatcher_type flex on GB300 / GB200 (lines 81, 107), alltoall on B200 / H100 (lines 159, "
+        "185; the H100 preset's deepep backend is not applied: scripts/performance/utils/overrides.py @v0.3.1 applies "
+        "no backend)",
+        opt="lines 235-236 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.4.0", "qwen3235ba22b"): _QW_RULE.format(perf=_PERF, q="qwen", none="30-35", disp=_FLEX_NEW.format(
+        l="225-228"), opt="lines 235-236 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.4.2", "qwen3235ba22b"): _QW_RULE.format(perf=_PERF, q="qwen", none="30-35", disp=_FLEX_NEW.format(
+        l="230-233"), opt="lines 235-236 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.5.0", "qwen3235ba22b"): _QW_RULE.format(perf=_PERF, q="qwen", none="31-36", disp=_FLEX_NEW.format(
+        l="258-261"), opt="lines 235-236 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.5.1", "qwen3235ba22b"): _QW_RULE.format(perf=_PERF, q="qwen", none="31-36", disp=_FLEX_NEW.format(
+        l="258-261"), opt="lines 235-236 use_distributed_optimizer True, use_megatron_fsdp False"),
+    ("v0.6.0", "qwen3235ba22b"): "src/megatron/bridge/recipes/qwen/qwen3_moe.py line 32 -> recipes/qwen/h100/"
+        "qwen3_moe.py lines 330-331: use_distributed_optimizer True, use_megatron_fsdp False",
+    ("v0.3.1", "kimik2"): _KIMI_RULE.format(perf=_PERF, ovr="", argp=522, muon="120-121, 196"),
+    ("v0.4.0", "kimik2"): _KIMI_RULE.format(perf=_PERF, ovr=f" (and {_PERF}/utils/overrides.py lines 225-228)",
+                                            argp=600, muon="123-124, 199"),
+    ("v0.4.2", "kimik2"): _KIMI_RULE.format(perf=_PERF, ovr=f" (and {_PERF}/utils/overrides.py lines 230-233)",
+                                            argp=607, muon="123-124, 199"),
+    ("v0.5.0", "kimik2"): _KIMI_RULE.format(perf=_PERF, ovr=f" (and {_PERF}/utils/overrides.py lines 258-261)",
+                                            argp=689, muon="123-124, 199"),
+    ("v0.2.0", "llama31405b"): _LL_RULE.format(rule="lines 559-560 use_distributed_optimizer True, "
+                                               "use_megatron_fsdp from the preset (none); no recompute"),
+    ("v0.3.0", "llama31405b"): _LL_RULE.format(rule="lines 560-561 use_distributed_optimizer True, "
+                                               "use_megatron_fsdp from the preset (none); no recompute"),
+    **{(tag, "llama31405b"): _LL_RULE.format(rule=f"llama31_405b_pretrain_config line {a} recompute_granularity "
+                                             f"None, lines {b} use_distributed_optimizer True, use_megatron_fsdp "
+                                             "False") for tag, a, b in (("v0.3.1", 1156, "1181-1182"),
+       ("v0.4.0", 1156, "1181-1182"), ("v0.4.2", 1156, "1181-1182"), ("v0.5.0", 1170, "1195-1196"))},
+}  # fmt: skip
+
+
+def _recipe_fill(rec: dict[str, Any], release: str, slug: str, filled: Counter[str]) -> None:
+    """State in `rec` the fields of the run-record format its release's recipe sets (`BRIDGE_PRESETS`), where the
+    record's published degrees are the preset's; say in its source what was filled and from where, or why not."""
+    job, lay = rec["job"], rec["layout"]
+    key = (release, slug, rec["cluster"]["gpu"], job["precision"], job.get("fp8_recipe"))
+    preset = BRIDGE_PRESETS.get(key)
+    if preset is None:
+        filled["no recipe for the release"] += 1
+        rec["source"] += "; recipe fill: none (no preset of this release for the run)"
+        return
+    tag = preset.tag
+    where = preset.where or f"{_PERF}/configs/{_PRESET_FILES[slug][tag != 'v0.2.0']}"
+    cite = f"Megatron-Bridge {where} @{tag} {preset.name} (lines {preset.lines})"
+    published = (lay["tp"], lay["pp"], lay["cp"], None if lay["vp"] == 1 else lay["vp"], lay.get("ep") or 1,
+                 lay["micro_batch"])  # fmt: skip
+    if published != preset.degrees:
+        filled["published degrees not the preset's: left as published"] += 1
+        rec["source"] += (f"; recipe fill: none, the run's (tp, pp, cp, vp, ep, mbs) {published} are not the preset's "
+                          f"{preset.degrees} ({cite})")  # fmt: skip
+        return
+    said = []
+    if preset.dispatcher is not None:
+        job["moe_dispatcher"] = preset.dispatcher
+        said.append(f"job.moe_dispatcher {preset.dispatcher}")
+    if preset.recompute_modules:
+        lay["recompute"], lay["recompute_modules"] = "selective", list(preset.recompute_modules)
+        said.append(f"layout.recompute selective {'+'.join(preset.recompute_modules)}")
+    else:
+        lay["recompute"] = "none"
+        said.append("layout.recompute none")
+    if slug == "kimik2":  # Muon's layer-wise distributed optimizer: not one of the format's shardings, left null
+        job["optimizer"] = "muon"
+        said.append("job.optimizer muon")
+        if job.get("fp8_recipe") == "mxfp8":
+            job["fp8_param_gather"] = False
+            said.append("job.fp8_param_gather false")
+    elif lay["sharding"] is None and not preset.fsdp:
+        lay["sharding"] = "zero1"
+        said.append("layout.sharding zero1")
+    unstated = [f"overlap_moe_expert_parallel_comm {preset.ep_overlap}"] if preset.dispatcher else []
+    if preset.pp_layout:
+        unstated.append(f"pipeline layout {preset.pp_layout} (not the tool's stage split)")
+    filled[f"filled ({', '.join(s.split(' ')[0] for s in said)})"] += 1
+    rec["source"] += (f"; recipe fill: {', '.join(said)} from {cite} and {_BRIDGE_RULES[(tag, slug)]} @{tag}"
+                      + (f"; the recipe also sets, not in the run-record format: {'; '.join(unstated)}"
+                         if unstated else ""))  # fmt: skip
 
 
 _TT_H100 = {"gpu": "h100-sxm", "gpus_per_node": 8, "nvlink_domain": 8, "inter_node_gbps_per_gpu": 400}
@@ -267,7 +681,7 @@ def main() -> int:
     parser.add_argument("bridge_git_dir")
     parser.add_argument("--out", default=str(HERE / "external_runs.jsonl"))
     args = parser.parse_args()
-    bridge, skipped = bridge_rows(args.bridge_git_dir)
+    bridge, skipped, filled = bridge_rows(args.bridge_git_dir)
     records = bridge + torchtitan_records()
     ids = Counter(r["id"] for r in records)
     for rec in records:  # the same setup twice in one release (another global batch): name the batch
@@ -279,6 +693,8 @@ def main() -> int:
           f"{args.out}")  # fmt: skip
     for why, n in sorted(skipped.items()):
         print(f"  left out {n:3d}: {why}")
+    for what, n in sorted(filled.items()):
+        print(f"  recipe {n:3d}: {what}")
     return 0
 
 
