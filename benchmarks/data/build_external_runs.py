@@ -10,11 +10,13 @@ config of the torchtitan commit each benchmark names (quoted per row).
 
 Recipe fills (`BRIDGE_PRESETS`, `_BRIDGE_RULES`, `_recipe_fill`): the tables leave the token dispatcher, recomputation,
 sharding and (Kimi K2) optimizer unstated; each Bridge record states the run-record fields its release's performance
-recipe sets (job.moe_dispatcher, layout.recompute / recompute_modules, layout.sharding, job.optimizer,
-job.fp8_param_gather), transcribed from the release's tag (`BRIDGE_TAGS`; scripts/performance/configs/*/...
-workload presets, or src/megatron/bridge/perf_recipes at v0.6.0) with file, tag and lines in the record's `source`,
-and only where the record's published (tp, pp, cp, vp, ep, micro batch) are the preset's. What the recipe sets that the
-format has no field for (overlap_moe_expert_parallel_comm, a custom pipeline layout) is named in `source` only.
+recipe sets (job.moe_dispatcher, job.moe_ep_overlap, layout.recompute / recompute_modules, layout.sharding,
+job.optimizer, job.fp8_param_gather), transcribed from the release's tag (`BRIDGE_TAGS`;
+scripts/performance/configs/*/... workload presets, or src/megatron/bridge/perf_recipes at v0.6.0) with file, tag and
+lines in the record's `source`, and only where the record's published (tp, pp, cp, vp, ep, micro batch) are the
+preset's. job.moe_ep_overlap is true or false where the recipe sets overlap_moe_expert_parallel_comm (the preset's
+moe_a2a_overlap, the model recipe's assignment, or the v0.6.0 recipe), and left unstated where nothing in it does.
+What the recipe sets that the format has no field for (a custom pipeline layout) is named in `source` only.
 """
 
 from __future__ import annotations
@@ -204,7 +206,8 @@ class _Preset(NamedTuple):
     """A release's workload preset of the performance scripts (or v0.6.0 perf recipe) as it resolves: `lines` the
     preset's definition and the presets it derives from; `degrees` (tp, pp, cp, vp, ep, micro batch) it runs;
     `dispatcher` the token dispatcher the run ends with (None: dense); `recompute_modules` the selective recompute
-    modules (None: no recomputation); `ep_overlap` overlap_moe_expert_parallel_comm; `pp_layout` its own
+    modules (None: no recomputation); `ep_overlap` the preset's moe_a2a_overlap (None: no preset of its chain sets
+    it; at v0.6.0 the recipe's overlap_moe_expert_parallel_comm); `pp_layout` its own
     --pipeline-model-parallel-layout; `fsdp` use_megatron_fsdp; `offload_layers` cpu_offloading_num_layers."""
 
     tag: str
@@ -213,7 +216,7 @@ class _Preset(NamedTuple):
     degrees: tuple[int, int, int, int | None, int, int]
     dispatcher: str | None
     recompute_modules: tuple[str, ...] | None
-    ep_overlap: bool
+    ep_overlap: bool | None
     pp_layout: str | None = None
     fsdp: bool = False
     offload_layers: int | None = None
@@ -249,10 +252,10 @@ BRIDGE_PRESETS: dict[tuple[str, str, str, str, str | None], _Preset] = {
         "v0.2.0", "QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG", "120, 109-117, 22-24", (1, 8, 1, 4, 8, 1), "alltoall",
         None, True),
     ("25.11", "qwen3235ba22b", "gb200", "bf16", None): _Preset(
-        "v0.2.0", "QWEN3_235B_A22B_GB200_BF16_BASE_CONFIG", "71-80, 22-24", (1, 8, 1, None, 8, 1), "flex", None, False),
+        "v0.2.0", "QWEN3_235B_A22B_GB200_BF16_BASE_CONFIG", "71-80, 22-24", (1, 8, 1, None, 8, 1), "flex", None, None),
     ("25.11", "qwen3235ba22b", "gb300", "bf16", None): _Preset(
         "v0.2.0", "QWEN3_235B_A22B_GB300_BF16_BASE_CONFIG", "42-52, 22-24", (2, 1, 1, None, 64, 4), "flex", None,
-        False),
+        None),
     ("25.11", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
         "v0.2.0", "QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG", "135-144, 22-24", (2, 8, 1, 4, 32, 1), "alltoall", None,
         True),
@@ -282,10 +285,10 @@ BRIDGE_PRESETS: dict[tuple[str, str, str, str, str | None], _Preset] = {
         (1, 8, 1, None, 8, 1), "alltoall", None, False),
     ("26.02", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
         "v0.3.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "225, 217-222, 95-104, 32-34",
-        (1, 8, 1, None, 32, 1), "flex", None, False),
+        (1, 8, 1, None, 32, 1), "flex", None, None),
     ("26.02", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
         "v0.3.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "207, 197-204, 67-77, 32-34",
-        (1, 4, 1, None, 32, 2), "flex", None, False),
+        (1, 4, 1, None, 32, 2), "flex", None, None),
     ("26.02", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
         "v0.3.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "268-271, 171-180, 32-34", (2, 8, 1, 4, 32, 1),
         "alltoall", None, True),
@@ -312,10 +315,10 @@ BRIDGE_PRESETS: dict[tuple[str, str, str, str, str | None], _Preset] = {
         False),
     ("26.02.01", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
         "v0.3.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "216, 208-213, 97-106, 32-35",
-        (1, 8, 1, None, 32, 1), "flex", None, False),
+        (1, 8, 1, None, 32, 1), "flex", None, None),
     ("26.02.01", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
         "v0.3.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "198, 197, 187-194, 56-66, 32-35",
-        (1, 4, 1, None, 32, 2), "flex", None, False),
+        (1, 4, 1, None, 32, 2), "flex", None, None),
     ("26.02.01", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
         "v0.3.1", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "259-262, 171-180, 32-35", (2, 8, 1, 4, 32, 1),
         "alltoall", None, True),
@@ -342,10 +345,10 @@ BRIDGE_PRESETS: dict[tuple[str, str, str, str, str | None], _Preset] = {
         False),
     ("26.04", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
         "v0.4.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "222-225, 214-219, 96-105, 32-34",
-        (1, 8, 1, 3, 32, 1), "flex", None, False),
+        (1, 8, 1, 3, 32, 1), "flex", None, None),
     ("26.04", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
         "v0.4.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "200-203, 199, 189-196, 54-64, 32-34",
-        (1, 4, 1, 12, 32, 2), "flex", None, False),
+        (1, 4, 1, 12, 32, 2), "flex", None, None),
     ("26.04", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
         "v0.4.0", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "273-276, 173-182, 32-34", (2, 8, 1, 4, 32, 1),
         "alltoall", None, True),
@@ -378,10 +381,10 @@ BRIDGE_PRESETS: dict[tuple[str, str, str, str, str | None], _Preset] = {
         (1, 8, 1, None, 8, 1), "alltoall", None, False),
     ("26.04.01", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): _Preset(
         "v0.4.2", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", "224-227, 216-221, 96-105, 32-34",
-        (1, 8, 1, 3, 32, 1), "flex", None, False),
+        (1, 8, 1, 3, 32, 1), "flex", None, None),
     ("26.04.01", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): _Preset(
         "v0.4.2", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", "202-205, 201, 191-198, 54-64, 32-34",
-        (1, 4, 1, 12, 32, 2), "flex", None, False),
+        (1, 4, 1, 12, 32, 2), "flex", None, None),
     ("26.04.01", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): _Preset(
         "v0.4.2", "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", "275-278, 175-184, 32-34", (2, 8, 1, 4, 32, 1),
         "alltoall", None, True),
@@ -542,6 +545,94 @@ _BRIDGE_RULES: dict[tuple[str, str], str] = {
 }  # fmt: skip
 
 
+# EP overlap (job.moe_ep_overlap). The line of each preset's chain that sets moe_a2a_overlap (`_Preset.ep_overlap`);
+# no key: no preset of the chain sets it (the WorkloadBaseConfig default False, which turns nothing on).
+_A2A_OVERLAP_LINE: dict[tuple[str, str, str, str, str | None], int] = {
+    ("25.11", "deepseekv3", "b200", "fp8", "mxfp8"): 70,
+    ("25.11", "deepseekv3", "gb200", "bf16", None): 53,
+    ("25.11", "deepseekv3", "gb200", "fp8", "mxfp8"): 53,
+    ("25.11", "qwen3235ba22b", "b200", "fp8", "mxfp8"): 116,
+    ("25.11", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): 143,
+    ("26.02", "deepseekv3", "b200", "fp8", "mxfp8"): 113,
+    ("26.02", "deepseekv3", "gb200", "fp8", "mxfp8"): 80,
+    ("26.02", "qwen3235ba22b", "b200", "fp8", "mxfp8"): 152,
+    ("26.02", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): 179,
+    ("26.02.01", "deepseekv3", "b200", "fp8", "mxfp8"): 113,
+    ("26.02.01", "deepseekv3", "gb200", "fp8", "mxfp8"): 80,
+    ("26.02.01", "kimik2", "gb300", "fp8", "mxfp8"): 35,
+    ("26.02.01", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): 179,
+    ("26.04", "deepseekv3", "b200", "fp8", "mxfp8"): 118,
+    ("26.04", "deepseekv3", "gb200", "fp8", "mxfp8"): 80,
+    ("26.04", "kimik2", "gb300", "fp8", "mxfp8"): 35,
+    ("26.04", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): 181,
+    ("26.04.01", "deepseekv3", "b200", "fp8", "mxfp8"): 209,
+    ("26.04.01", "deepseekv3", "gb200", "fp8", "mxfp8"): 80,
+    ("26.04.01", "kimik2", "gb300", "fp8", "mxfp8"): 35,
+    ("26.04.01", "qwen3235ba22b", "b200", "fp8", "mxfp8"): 155,
+    ("26.04.01", "qwen3235ba22b", "h100-sxm", "fp8", "tensorwise"): 183,
+    ("26.06", "deepseekv3", "gb200", "fp8", "mxfp8"): 102,
+    ("26.06", "kimik2", "gb300", "fp8", "mxfp8"): 35,
+    ("26.06", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): 232,
+    ("26.06", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): 205,
+    ("26.06.01", "deepseekv3", "gb200", "fp8", "mxfp8"): 102,
+    ("26.06.01", "qwen3235ba22b", "gb200", "fp8", "mxfp8"): 232,
+    ("26.06.01", "qwen3235ba22b", "gb300", "fp8", "mxfp8"): 205,
+}
+# How the perf scripts apply it at each tag: moe_a2a_overlap True sets overlap_moe_expert_parallel_comm True; False
+# sets nothing (the model recipe's value stays).
+_A2A_OVERRIDE: dict[str, str] = {
+    "v0.2.0": f"{_PERF}/utils/helpers.py lines 76-77, 182-184",
+    **{
+        tag: f"{_PERF}/utils/overrides.py lines {lines}"
+        for tag, lines in (
+            ("v0.3.0", "148-151, 214"),
+            ("v0.3.1", "149-152, 215"),
+            ("v0.4.0", "150-153, 216"),
+            ("v0.4.2", "155-158, 221"),
+            ("v0.5.0", "165-171, 237"),
+            ("v0.5.1", "165-171, 237"),
+        )
+    },
+}
+# Model recipes (the pretrain_config the perf script starts from) that set overlap_moe_expert_parallel_comm False;
+# the Qwen3 recipes leave it unset (commented out from v0.3.1), DeepSeek-V3's sets it from v0.3.1.
+_EP_OFF_RECIPE: dict[tuple[str, str], str] = {
+    **{
+        (tag, "deepseekv3"): f"src/megatron/bridge/recipes/deepseek/deepseek_v3.py line {n} "
+        "(deepseek_v3_pretrain_config)"
+        for tag, n in (("v0.3.1", 170), ("v0.4.0", 170), ("v0.4.2", 170), ("v0.5.0", 214), ("v0.5.1", 214))
+    },
+    **{
+        (tag, "kimik2"): f"src/megatron/bridge/recipes/kimi/kimi_k2.py line {n} (kimi_k2_pretrain_config)"
+        for tag, n in (("v0.3.1", 181), ("v0.4.0", 184), ("v0.4.2", 184), ("v0.5.0", 184))
+    },
+}
+_EP_ON_V060 = {
+    "deepseekv3": "perf_recipes/deepseek/common.py line 77 (_enable_deepseek_full_iteration_mxfp8)",
+    "qwen3235ba22b": "perf_recipes/qwen/common.py line 58 (_enable_hybridep_full_iteration_mxfp8)",
+}
+
+
+def _ep_overlap(preset: _Preset, key: tuple[str, str, str, str, str | None], slug: str) -> tuple[bool | None, str]:
+    """overlap_moe_expert_parallel_comm as the run's recipe sets it (None: the recipe does not set it) and where."""
+    tag = preset.tag
+    if preset.where:  # v0.6.0: the flat recipe sets it itself
+        assert preset.ep_overlap is True, key
+        return True, f"src/megatron/bridge/{_EP_ON_V060[slug]} @{tag} overlap_moe_expert_parallel_comm True"
+    line = _A2A_OVERLAP_LINE.get(key)
+    assert (line is None) == (preset.ep_overlap is None), key
+    stated = (f"{preset.name} line {line} moe_a2a_overlap {preset.ep_overlap}" if line
+              else f"no preset of {preset.name}'s chain sets moe_a2a_overlap")  # fmt: skip
+    off = _EP_OFF_RECIPE.get((tag, slug))
+    rule = f"{_A2A_OVERRIDE[tag]} (moe_a2a_overlap True -> overlap_moe_expert_parallel_comm True; False sets nothing)"
+    if preset.ep_overlap:
+        return True, f"{stated}, applied by {rule} @{tag}"
+    recipe = f"{off} overlap_moe_expert_parallel_comm False" if off else "the model recipe does not set it"
+    if preset.ep_overlap is False or off:
+        return False, f"{stated}; {recipe}; {rule} @{tag}"
+    return None, f"{stated}, {recipe} @{tag}"
+
+
 def _recipe_fill(rec: dict[str, Any], release: str, slug: str, filled: Counter[str]) -> None:
     """State in `rec` the fields of the run-record format its release's recipe sets (`BRIDGE_PRESETS`), where the
     record's published degrees are the preset's; say in its source what was filled and from where, or why not."""
@@ -581,12 +672,19 @@ def _recipe_fill(rec: dict[str, Any], release: str, slug: str, filled: Counter[s
     elif lay["sharding"] is None and not preset.fsdp:
         lay["sharding"] = "zero1"
         said.append("layout.sharding zero1")
-    unstated = [f"overlap_moe_expert_parallel_comm {preset.ep_overlap}"] if preset.dispatcher else []
-    if preset.pp_layout:
-        unstated.append(f"pipeline layout {preset.pp_layout} (not the tool's stage split)")
+    overlap = ""
+    if preset.dispatcher is not None:  # MoE: EP overlap as the recipe sets it, unstated where it does not
+        on, where = _ep_overlap(preset, key, slug)
+        if on is None:
+            overlap = f"; job.moe_ep_overlap left unstated, overlap_moe_expert_parallel_comm not set: {where}"
+        else:
+            job["moe_ep_overlap"] = on
+            said.append(f"job.moe_ep_overlap {str(on).lower()}")
+            overlap = f"; job.moe_ep_overlap {str(on).lower()} from {where}"
+    unstated = [f"pipeline layout {preset.pp_layout} (not the tool's stage split)"] if preset.pp_layout else []
     filled[f"filled ({', '.join(s.split(' ')[0] for s in said)})"] += 1
     rec["source"] += (f"; recipe fill: {', '.join(said)} from {cite} and {_BRIDGE_RULES[(tag, slug)]} @{tag}"
-                      + (f"; the recipe also sets, not in the run-record format: {'; '.join(unstated)}"
+                      + overlap + (f"; the recipe also sets, not in the run-record format: {'; '.join(unstated)}"
                          if unstated else ""))  # fmt: skip
 
 
