@@ -42,12 +42,12 @@ from optlayout.cost.memory import (
     stage_params_per_stage,
     stage_state_bytes,
 )
-from optlayout.cost.step import step_floor_s, step_time, whole_model_s
+from optlayout.cost.step import step_floor_s, step_time, whole_model_floor_s, whole_model_s
 from optlayout.frozen import fast_init
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
 from optlayout.layout.stages import chunk_layer_counts, stage_split
-from optlayout.solver.space import LayoutGroup, SpaceNodes, node_key
+from optlayout.solver.space import FAMILY_AXES, LayoutGroup, NodeKey, SpaceNodes, node_key
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 from optlayout.timings import PhaseClock
 
@@ -542,34 +542,73 @@ class CostTable:
         whole = whole_model_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params, self._memo)
         return cheapest.micro_batch * self.job.seq_len * most_dp_pp / whole
 
+    def family_bound(self, first: LayoutGroup, most_dp_pp: int) -> float:
+        """An upper bound on the cluster tokens/s of every layout of groups sharing tp, cp and micro-batch, whatever
+        their ep and etp (`first` the first of them, `most_dp_pp` their largest dp x pp): at least the `node_bound`
+        of each of their nodes, the whole model's time there being at least `whole_model_floor_s` (the cheapest
+        variant recomputes nothing, and its sequence parallelism follows from tp); raised by a hair for rounding."""
+        cheapest = first.cheapest_variant()
+        floor_s = whole_model_floor_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params,
+                                      self._memo)  # fmt: skip
+        return cheapest.micro_batch * self.job.seq_len * most_dp_pp / floor_s * (1 + 1e-9)
+
     def best_first(self, groups: Iterable[LayoutGroup] | SpaceNodes) -> Iterator[tuple[float, LayoutGroup]]:
-        """Groups in decreasing `throughput_bound`, bounding a node's groups only once the node's bound leads (and,
-        for a space in nodes, building them only then)."""
-        heap: list[tuple[float, int, Any]] = []
+        """Groups in decreasing `throughput_bound`, each bound computed only once it can lead: the nodes sharing
+        tp, cp and micro-batch (`FAMILY_AXES`; of an MoE model, nodes of several expert degrees) are bounded together
+        first (`family_bound`), a node (`node_bound`) only once its family's bound leads, and a node's groups only
+        once the node's does (for a space in nodes, built only then). Each bound is at least its members', and a
+        family is indexed as its first node, so the groups come in the order bounding every node first gives."""
+        nodes: list[Any]
         members: Callable[[Any], list[LayoutGroup]]
         if isinstance(groups, SpaceNodes):
             space = groups
-            for i, node in enumerate(space.nodes):
-                heap.append((-self.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node)), i, node))
-            members = space.groups
+            nodes, keys, members = space.nodes, [space.key(node) for node in space.nodes], space.groups
+
+            def node_bound(node: Any) -> float:
+                return self.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node))
+
+            def family_bound(family: list[Any]) -> float:
+                return self.family_bound(space.groups(family[0][:1])[0], max(map(space.most_dp_pp, family)))
         else:
-            nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
+            by_key: dict[NodeKey, list[LayoutGroup]] = {}
             for g in groups:
-                nodes.setdefault(node_key(g), []).append(g)
-            for i, group_list in enumerate(nodes.values()):
-                most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in group_list)
-                heap.append((-self.node_bound(group_list[0], most), i, group_list))
-            members = list
+                by_key.setdefault(node_key(g), []).append(g)
+            nodes, keys, members = list(by_key.values()), list(by_key), list
+
+            def most(group_list: list[LayoutGroup]) -> int:
+                return max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in group_list)
+
+            def node_bound(node: Any) -> float:
+                return self.node_bound(node[0], most(node))
+
+            def family_bound(family: list[Any]) -> float:
+                return self.family_bound(family[0][0], max(map(most, family)))
+        families: dict[NodeKey, list[int]] = {}
+        for i, key in enumerate(keys):
+            families.setdefault(key[: len(FAMILY_AXES)], []).append(i)
+        # (-bound, index, what, entry): a family's index is its first node's, a group's follows every node's
+        heap: list[tuple[float, int, int, Any]] = []
+        for family in families.values():
+            if len(family) == 1:
+                heap.append((-node_bound(nodes[family[0]]), family[0], _NODE, nodes[family[0]]))
+            else:
+                heap.append((-family_bound([nodes[i] for i in family]), family[0], _FAMILY, family))
         heapq.heapify(heap)
-        count = len(heap)
+        count = len(nodes)
         while heap:
-            priority, _, entry = heapq.heappop(heap)
-            if isinstance(entry, list):
+            priority, _, what, entry = heapq.heappop(heap)
+            if what == _FAMILY:
+                for i in entry:
+                    heapq.heappush(heap, (-node_bound(nodes[i]), i, _NODE, nodes[i]))
+            elif what == _NODE:
                 for g in members(entry):
                     count += 1
-                    heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, g))
+                    heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, _GROUP, g))
             else:
                 yield -priority, entry
+
+
+_FAMILY, _NODE, _GROUP = range(3)  # what an entry of `CostTable.best_first`'s heap is
 
 
 def _most_sharded(group: LayoutGroup) -> Sharding:
