@@ -4,11 +4,9 @@ Megatron's expert rules."""
 
 from __future__ import annotations
 
-import heapq
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_solver import assert_nodes_walk_as_groups
+from test_solver import assert_bounds_lead_in_order, assert_nodes_walk_as_groups
 
 from optlayout.cost import CostParams, usable_memory_bytes
 from optlayout.layout import layout_problems
@@ -17,7 +15,7 @@ from optlayout.planning.inputs import resolve_model
 from optlayout.solver.candidates import CostTable
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import FAMILY_AXES, SpaceOptions, space_nodes
+from optlayout.solver.space import SpaceOptions
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec
 from optlayout.topology import topology_from_cluster
 
@@ -92,47 +90,9 @@ def test_the_expert_space_in_nodes_is_walked_as_its_groups(problem) -> None:
     )
 
 
-def assert_family_bounds_hold(model: ModelSpec, job: JobSpec, topo, options: SpaceOptions) -> None:
-    """Each `family_bound` is at least the `node_bound` of every node of its family, and the walk bounding families
-    first yields the groups, with their bounds, in the order bounding every node first does."""
-    table = CostTable(model, job, topo.gpu, topo)
-    space = space_nodes(model, job, topo.num_gpus, topo.domain_size, options)
-
-    def node_bound(node: list) -> float:
-        return table.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node))
-
-    families: dict[tuple, list] = {}
-    for node in space.nodes:
-        families.setdefault(space.key(node)[: len(FAMILY_AXES)], []).append(node)
-    for family in families.values():
-        bound = table.family_bound(space.groups(family[0][:1])[0], max(map(space.most_dp_pp, family)))
-        assert all(node_bound(node) <= bound for node in family)
-    heap: list = [(-node_bound(node), i, node) for i, node in enumerate(space.nodes)]
-    heapq.heapify(heap)
-    count, eager = len(heap), []
-    while heap:
-        priority, _, entry = heapq.heappop(heap)
-        if isinstance(entry, list):
-            for g in space.groups(entry):
-                count += 1
-                heapq.heappush(heap, (-min(table.throughput_bound(g), -priority), count, g))
-        else:
-            eager.append((-priority, entry.degrees))
-    lazy = CostTable(model, job, topo.gpu, topo).best_first(space)
-    assert [(bound, g.degrees) for bound, g in lazy] == eager
-
-
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(moe_problems())
-def test_a_family_bound_holds_for_each_of_its_nodes(problem) -> None:
-    model, cluster, job, _ = problem
-    options = SpaceOptions(max_micro_batch=2, max_vp=2, max_cp=4)
-    assert_family_bounds_hold(model, job, topology_from_cluster(cluster), options)
-
-
-def test_family_bounds_hold_on_published_moe_models() -> None:
-    """DeepSeek-V3 (MLA, MTP, dense first layers), Qwen3-30B-A3B in FP8, Mixtral 8x22B, gpt-oss-120b (sliding
-    windows, biases) with EP overlap and the flex dispatcher."""
+def test_the_walks_bounds_hold_on_published_moe_models() -> None:
+    """`assert_bounds_lead_in_order` on DeepSeek-V3 (MLA, MTP, dense first layers), Qwen3-30B-A3B in FP8, Mixtral
+    8x22B with forced balance, gpt-oss-120b (sliding windows, biases) with EP overlap and the flex dispatcher."""
     for name, gpus, job in (
         ("deepseek-v3", 256, JobSpec(seq_len=4096, global_batch=2048)),
         ("qwen3-30b-a3b", 64, JobSpec(seq_len=4096, global_batch=512, precision="fp8")),
@@ -141,7 +101,7 @@ def test_family_bounds_hold_on_published_moe_models() -> None:
     ):
         model = resolve_model(name)
         topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=gpus, gpus_per_node=8))
-        assert_family_bounds_hold(model, job, topo, SpaceOptions())
+        assert_bounds_lead_in_order(model, job, topo, SpaceOptions())
 
 
 def test_qwen3_on_two_nodes_picks_expert_parallelism() -> None:

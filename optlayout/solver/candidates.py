@@ -552,63 +552,82 @@ class CostTable:
                                       self._memo)  # fmt: skip
         return cheapest.micro_batch * self.job.seq_len * most_dp_pp / floor_s * (1 + 1e-9)
 
+    def pipeline_bound(self, group: LayoutGroup, node_tps: float, most_dp_pp: int) -> float:
+        """An upper bound on the cluster tokens/s of every layout of the group, from its node's `node_bound`
+        `node_tps` (at the node's largest dp x pp, `most_dp_pp`): that bound at the group's own dp x pp, times the
+        share of its pipeline's m + (p - 1) / v slots of the slowest stage that run its m micro-batches (a step is at
+        least those slots: `step_time`'s compute, exposed TP/CP/EP time and bubble), raised by a hair for rounding.
+        It is at least `throughput_bound`, whose floor holds those slots and more, with the node's premise."""
+        d = group.degrees
+        m, p, v, dp = int(d["grad_accum"] or 1), int(d["pp"] or 1), int(d["vp"] or 1), int(d["dp"] or 1)
+        return node_tps * dp * p / most_dp_pp * m / (m + (p - 1) / v) * (1 + 1e-9)
+
     def best_first(self, groups: Iterable[LayoutGroup] | SpaceNodes) -> Iterator[tuple[float, LayoutGroup]]:
         """Groups in decreasing `throughput_bound`, each bound computed only once it can lead: the nodes sharing
         tp, cp and micro-batch (`FAMILY_AXES`; of an MoE model, nodes of several expert degrees) are bounded together
-        first (`family_bound`), a node (`node_bound`) only once its family's bound leads, and a node's groups only
-        once the node's does (for a space in nodes, built only then). Each bound is at least its members', and a
-        family is indexed as its first node, so the groups come in the order bounding every node first gives."""
+        first (`family_bound`), a node (`node_bound`) only once its family's bound leads, a node's groups by
+        `pipeline_bound` only once the node's does (for a space in nodes, built only then), and a group by its own
+        bound only once that leads. Each bound is at least what it stands for (a group's: the least of its own and
+        its node's), and an entry keeps the index of what it stands for (a family its first node's), so the groups
+        come in the order bounding every node and group first gives."""
         nodes: list[Any]
         members: Callable[[Any], list[LayoutGroup]]
+        most: Callable[[Any], int]
         if isinstance(groups, SpaceNodes):
             space = groups
-            nodes, keys, members = space.nodes, [space.key(node) for node in space.nodes], space.groups
+            nodes, members, most = space.nodes, space.groups, space.most_dp_pp
+            keys = [space.key(node) for node in nodes]
 
-            def node_bound(node: Any) -> float:
-                return self.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node))
-
-            def family_bound(family: list[Any]) -> float:
-                return self.family_bound(space.groups(family[0][:1])[0], max(map(space.most_dp_pp, family)))
+            def first(node: Any) -> LayoutGroup:
+                return space.groups(node[:1])[0]
         else:
             by_key: dict[NodeKey, list[LayoutGroup]] = {}
             for g in groups:
                 by_key.setdefault(node_key(g), []).append(g)
-            nodes, keys, members = list(by_key.values()), list(by_key), list
+            nodes, members, keys = list(by_key.values()), list, list(by_key)
 
-            def most(group_list: list[LayoutGroup]) -> int:
-                return max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in group_list)
+            def most(node: Any) -> int:
+                return max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in node)
 
-            def node_bound(node: Any) -> float:
-                return self.node_bound(node[0], most(node))
+            def first(node: Any) -> LayoutGroup:
+                return node[0]  # type: ignore[no-any-return]
 
-            def family_bound(family: list[Any]) -> float:
-                return self.family_bound(family[0][0], max(map(most, family)))
+        def node_entry(i: int) -> tuple[float, int, int, Any]:
+            return -self.node_bound(first(nodes[i]), most(nodes[i])), i, _NODE, nodes[i]
+
         families: dict[NodeKey, list[int]] = {}
         for i, key in enumerate(keys):
             families.setdefault(key[: len(FAMILY_AXES)], []).append(i)
-        # (-bound, index, what, entry): a family's index is its first node's, a group's follows every node's
+        # (-bound, index, what, entry): a group's index follows every node's
         heap: list[tuple[float, int, int, Any]] = []
         for family in families.values():
             if len(family) == 1:
-                heap.append((-node_bound(nodes[family[0]]), family[0], _NODE, nodes[family[0]]))
+                heap.append(node_entry(family[0]))
             else:
-                heap.append((-family_bound([nodes[i] for i in family]), family[0], _FAMILY, family))
+                bound = self.family_bound(first(nodes[family[0]]), max(most(nodes[i]) for i in family))
+                heap.append((-bound, family[0], _FAMILY, family))
         heapq.heapify(heap)
         count = len(nodes)
         while heap:
-            priority, _, what, entry = heapq.heappop(heap)
+            priority, index, what, entry = heapq.heappop(heap)
             if what == _FAMILY:
                 for i in entry:
-                    heapq.heappush(heap, (-node_bound(nodes[i]), i, _NODE, nodes[i]))
+                    heapq.heappush(heap, node_entry(i))
             elif what == _NODE:
+                node_tps, node_most = -priority, most(entry)
                 for g in members(entry):
                     count += 1
-                    heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, _GROUP, g))
+                    bound = min(self.pipeline_bound(g, node_tps, node_most), node_tps)
+                    heapq.heappush(heap, (-bound, count, _PIPELINE, (g, node_tps)))
+            elif what == _PIPELINE:
+                g, node_tps = entry
+                heapq.heappush(heap, (-min(self.throughput_bound(g), node_tps), index, _GROUP, g))
             else:
                 yield -priority, entry
 
 
-_FAMILY, _NODE, _GROUP = range(3)  # what an entry of `CostTable.best_first`'s heap is
+_FAMILY, _NODE, _PIPELINE, _GROUP = range(4)  # what an entry of `CostTable.best_first`'s heap is: a family of
+# nodes, a node, a group by its `pipeline_bound`, a group by its own bound
 
 
 def _most_sharded(group: LayoutGroup) -> Sharding:
