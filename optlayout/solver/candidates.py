@@ -387,7 +387,8 @@ class CostTable:
         parallelism) are taken best `throughput_bound` first, and the walk stops once a group's bound falls
         below the k-th best feasible layout found (with a margin for the objective's integer rounding); the
         groups sharing tp, cp, micro-batch, ep and etp are bounded together first (`node_bound`, at least every
-        member's bound), and a node's groups are bounded one by one only when the node comes first. Inside a
+        member's bound), and a node's groups are bounded one by one only when the node comes first (`best_first`:
+        each bound only once a looser one over it leads, the same order). Inside a
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
