@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_solver import assert_nodes_walk_as_groups
+from test_solver import assert_bounds_lead_in_order, assert_nodes_walk_as_groups
 
 from optlayout.cost import CostParams, usable_memory_bytes
 from optlayout.layout import layout_problems
 from optlayout.planning import solve
+from optlayout.planning.inputs import resolve_model
 from optlayout.solver.candidates import CostTable
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
@@ -87,6 +88,20 @@ def test_the_expert_space_in_nodes_is_walked_as_its_groups(problem) -> None:
     assert_nodes_walk_as_groups(
         model, job, topology_from_cluster(cluster), SpaceOptions(max_micro_batch=2, max_vp=2, max_cp=4), k
     )
+
+
+def test_the_walks_bounds_hold_on_published_moe_models() -> None:
+    """`assert_bounds_lead_in_order` on DeepSeek-V3 (MLA, MTP, dense first layers), Qwen3-30B-A3B in FP8, Mixtral
+    8x22B with forced balance, gpt-oss-120b (sliding windows, biases) with EP overlap and the flex dispatcher."""
+    for name, gpus, job in (
+        ("deepseek-v3", 256, JobSpec(seq_len=4096, global_batch=2048)),
+        ("qwen3-30b-a3b", 64, JobSpec(seq_len=4096, global_batch=512, precision="fp8")),
+        ("mixtral-8x22b", 128, JobSpec(seq_len=8192, global_batch=256, moe_routing="balanced")),
+        ("gpt-oss-120b", 64, JobSpec(seq_len=4096, global_batch=256, moe_ep_overlap=True, moe_dispatcher="flex")),
+    ):
+        model = resolve_model(name)
+        topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=gpus, gpus_per_node=8))
+        assert_bounds_lead_in_order(model, job, topo, SpaceOptions())
 
 
 def test_qwen3_on_two_nodes_picks_expert_parallelism() -> None:

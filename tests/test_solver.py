@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 
 import pytest
@@ -18,7 +19,7 @@ from optlayout.runs.uncertainty import LayoutUncertainty, Quantiles, Support, Un
 from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, variant_bound
 from optlayout.solver.cpsat import Limits, passes_limits
 from optlayout.solver.oracle import oracle_ranking
-from optlayout.solver.space import SpaceOptions, enumerate_groups, node_key, space_nodes, space_options
+from optlayout.solver.space import FAMILY_AXES, SpaceOptions, enumerate_groups, node_key, space_nodes, space_options
 from optlayout.specs import ClusterSpec, JobSpec, ModelSpec, Recompute
 from optlayout.topology import topology_from_cluster
 from tests.conftest import ROOT
@@ -89,6 +90,39 @@ def assert_nodes_walk_as_groups(model: ModelSpec, job: JobSpec, topo, options: S
     table = CostTable(model, job, topo.gpu, topo, NO_RESERVE)
     got, got_count = table.evaluated_candidates(space, limits, k)
     assert [c.layout for c in got] == [c.layout for c in want] and got_count == want_count
+    assert_bounds_lead_in_order(model, job, topo, options)
+
+
+def assert_bounds_lead_in_order(model: ModelSpec, job: JobSpec, topo, options: SpaceOptions) -> None:
+    """What `CostTable.best_first`'s lazy bounds rely on: each `family_bound` is at least the `node_bound` of every
+    node of its family, and each group's `pipeline_bound` at least its own bound (`throughput_bound`, at most its
+    node's); and the walk yields the groups, with their bounds, in the order bounding every node and group first
+    does."""
+    table = CostTable(model, job, topo.gpu, topo)
+    space = space_nodes(model, job, topo.num_gpus, topo.domain_size, options)
+    node_tps = [table.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node)) for node in space.nodes]
+    families: dict[tuple, list[int]] = {}
+    for i, node in enumerate(space.nodes):
+        families.setdefault(space.key(node)[: len(FAMILY_AXES)], []).append(i)
+    for family in families.values():
+        bound = table.family_bound(space.groups(space.nodes[family[0]][:1])[0],
+                                   max(space.most_dp_pp(space.nodes[i]) for i in family))  # fmt: skip
+        assert all(node_tps[i] <= bound for i in family)
+    heap: list = [(-tps, i, node) for i, (tps, node) in enumerate(zip(node_tps, space.nodes, strict=True))]
+    heapq.heapify(heap)
+    count, eager = len(heap), []
+    while heap:
+        priority, _, entry = heapq.heappop(heap)
+        if isinstance(entry, list):
+            for g in space.groups(entry):
+                count += 1
+                bound = min(table.throughput_bound(g), -priority)
+                assert bound <= table.pipeline_bound(g, -priority, space.most_dp_pp(entry))
+                heapq.heappush(heap, (-bound, count, g))
+        else:
+            eager.append((-priority, entry.degrees))
+    lazy = CostTable(model, job, topo.gpu, topo).best_first(space)
+    assert [(bound, g.degrees) for bound, g in lazy] == eager
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

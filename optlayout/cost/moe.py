@@ -146,6 +146,23 @@ def routed_times(
     return routed
 
 
+def routed_gemm_floor_s(model: ModelSpec, job: JobSpec, layout: Layout, gpu: GpuSpec, params: CostParams) -> float:
+    """At most `routed_times(...).gemm_s` of every layout with `layout`'s tokens per GPU (`local_tokens`), whatever
+    its ep and etp: the router GEMM (which neither changes) and the routed experts' unpadded FLOPs at the grouped
+    rate. A rank runs T_loc x k x etp x load rows through experts of width expert_ffn / etp, so the FLOPs of its
+    grouped GEMMs, 2 x rows x width x h x mlp_matrices, do not depend on ep or etp; `gemm_s` takes at least the
+    (tile-padded) FLOPs at the rate, and more: the output store and the launches, dropped here."""
+    from optlayout.cost.step import gemm_s
+
+    moe = model.moe
+    assert moe is not None
+    t_loc = local_tokens(job, layout)
+    gemm_rate = gpu.peak_flops_for(job.precision) * params.gemm_peak_fraction(job.precision)
+    router = gemm_s(t_loc, moe.experts, model.hidden, gemm_rate, gpu, params)
+    flops = 2.0 * t_loc * moe.top_k * imbalance(job, params) * moe.expert_ffn * model.hidden * model.mlp_matrices
+    return router + flops / (gemm_rate * params.grouped_gemm_efficiency_ratio)
+
+
 def _comm_s(
     model: ModelSpec,
     job: JobSpec,

@@ -31,7 +31,7 @@ from optlayout.cost.attention import (
     kv_width_per_rank,
     mtp_kind,
 )
-from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_times
+from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_gemm_floor_s, routed_times
 from optlayout.cost.params import CostParams
 from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
@@ -169,12 +169,7 @@ def layer_times(
 ) -> LayerTimes:
     """Forward-pass pieces of one layer of `kind`; the backward and recompute are derived from them (`memo`: see
     `step_time`). An MoE layer is its attention and shared experts (`_layer_base`) plus its routed experts."""
-    key = ("base", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, kind)
-    base = memo.get(key) if memo is not None else None
-    if base is None:
-        base = _layer_base(model, job, layout, gpu, links, params, kind)
-        if memo is not None:
-            memo[key] = base
+    base = _memo_layer_base(model, job, layout, gpu, links, params, kind, memo)
     if not kind.moe:
         return base
     routed = routed_times(model, job, layout, gpu, links, params, memo)
@@ -186,6 +181,26 @@ def layer_times(
                       base.elementwise_fwd_s + routed.elementwise_s, base.tp_comm_fwd_s, base.cp_comm_fwd_s,
                       routed.comm_fwd_s, routed.comm_bwd_s, (*base.modules, block, act), base.cp_merge_fwd_s,
                       base.cp_merge_bwd_s)  # fmt: skip
+
+
+def _memo_layer_base(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    kind: LayerKind,
+    memo: dict[tuple[object, ...], Any] | None,
+) -> LayerTimes:
+    """`_layer_base` through the memo, under what it depends on: (tp, cp, micro-batch, sequence parallelism, kind)."""
+    key = ("base", layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel, kind)
+    base: LayerTimes | None = memo.get(key) if memo is not None else None
+    if base is None:
+        base = _layer_base(model, job, layout, gpu, links, params, kind)
+        if memo is not None:
+            memo[key] = base
+    return base
 
 
 def _layer_base(
@@ -624,6 +639,36 @@ def whole_model_s(
         whole_rerun = tuple(sorted(sum((Counter(dict(mix)) for mix in per_rank if mix), Counter()).items()))
     return _stage(model, job, layout, gpu, links, params, memo, _whole_mix(model.layer_kinds), True,
                   overlapped, whole_rerun).total_s  # fmt: skip
+
+
+def whole_model_floor_s(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> float:
+    """At most `whole_model_s` of every layout without recomputation sharing `layout`'s tp, cp, micro-batch and
+    sequence parallelism (what a layer's attention, dense FFN or shared experts and their TP and CP exchanges depend
+    on), whatever its ep and etp: the same layers and output, each MoE layer's routed experts at
+    `routed_gemm_floor_s` alone (no routed elementwise work, no token exchange). Without recomputation every term of
+    `stage_times` only rises with a layer's GEMM and elementwise times and its token exchange, all that the routed
+    experts add."""
+    assert layout.recompute == Recompute.none
+
+    def floor(kind: LayerKind) -> LayerTimes:
+        b = _memo_layer_base(model, job, layout, gpu, links, params, kind, memo)
+        if not kind.moe:
+            return b
+        return LayerTimes(b.gemm_fwd_s + routed_gemm_floor_s(model, job, layout, gpu, params), b.attention_fwd_s,
+                          b.attention_bwd_s, b.elementwise_fwd_s, b.tp_comm_fwd_s, b.cp_comm_fwd_s,
+                          cp_merge_fwd_s=b.cp_merge_fwd_s, cp_merge_bwd_s=b.cp_merge_bwd_s)  # fmt: skip
+
+    mix = tuple([(floor(kind), n) for kind, n in _whole_mix(model.layer_kinds)])
+    mtp = floor(mtp_kind(model)) if model.mtp_layers else None
+    return stage_times(model, job, layout, gpu, params, mix, True, mtp, False, None, memo).total_s
 
 
 @lru_cache(maxsize=256)

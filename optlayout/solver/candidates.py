@@ -42,12 +42,12 @@ from optlayout.cost.memory import (
     stage_params_per_stage,
     stage_state_bytes,
 )
-from optlayout.cost.step import step_floor_s, step_time, whole_model_s
+from optlayout.cost.step import step_floor_s, step_time, whole_model_floor_s, whole_model_s
 from optlayout.frozen import fast_init
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
 from optlayout.layout.stages import chunk_layer_counts, stage_split
-from optlayout.solver.space import LayoutGroup, SpaceNodes, node_key
+from optlayout.solver.space import FAMILY_AXES, LayoutGroup, NodeKey, SpaceNodes, node_key
 from optlayout.specs import GpuSpec, JobSpec, ModelSpec
 from optlayout.timings import PhaseClock
 
@@ -387,7 +387,8 @@ class CostTable:
         parallelism) are taken best `throughput_bound` first, and the walk stops once a group's bound falls
         below the k-th best feasible layout found (with a margin for the objective's integer rounding); the
         groups sharing tp, cp, micro-batch, ep and etp are bounded together first (`node_bound`, at least every
-        member's bound), and a node's groups are bounded one by one only when the node comes first. Inside a
+        member's bound), and a node's groups are bounded one by one only when the node comes first (`best_first`:
+        each bound only once a looser one over it leads, the same order). Inside a
         group a recomputing variant is first bounded by its own step floor (`step_floor_s`), and once one layout
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
@@ -542,34 +543,92 @@ class CostTable:
         whole = whole_model_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params, self._memo)
         return cheapest.micro_batch * self.job.seq_len * most_dp_pp / whole
 
+    def family_bound(self, first: LayoutGroup, most_dp_pp: int) -> float:
+        """An upper bound on the cluster tokens/s of every layout of groups sharing tp, cp and micro-batch, whatever
+        their ep and etp (`first` the first of them, `most_dp_pp` their largest dp x pp): at least the `node_bound`
+        of each of their nodes, the whole model's time there being at least `whole_model_floor_s` (the cheapest
+        variant recomputes nothing, and its sequence parallelism follows from tp); raised by a hair for rounding."""
+        cheapest = first.cheapest_variant()
+        floor_s = whole_model_floor_s(self.model, self.job, cheapest, self.gpu, self.links(cheapest), self.params,
+                                      self._memo)  # fmt: skip
+        return cheapest.micro_batch * self.job.seq_len * most_dp_pp / floor_s * (1 + 1e-9)
+
+    def pipeline_bound(self, group: LayoutGroup, node_tps: float, most_dp_pp: int) -> float:
+        """An upper bound on the cluster tokens/s of every layout of the group, from its node's `node_bound`
+        `node_tps` (at the node's largest dp x pp, `most_dp_pp`): that bound at the group's own dp x pp, times the
+        share of its pipeline's m + (p - 1) / v slots of the slowest stage that run its m micro-batches (a step is at
+        least those slots: `step_time`'s compute, exposed TP/CP/EP time and bubble), raised by a hair for rounding.
+        It is at least `throughput_bound`, whose floor holds those slots and more, with the node's premise."""
+        d = group.degrees
+        m, p, v, dp = int(d["grad_accum"] or 1), int(d["pp"] or 1), int(d["vp"] or 1), int(d["dp"] or 1)
+        return node_tps * dp * p / most_dp_pp * m / (m + (p - 1) / v) * (1 + 1e-9)
+
     def best_first(self, groups: Iterable[LayoutGroup] | SpaceNodes) -> Iterator[tuple[float, LayoutGroup]]:
-        """Groups in decreasing `throughput_bound`, bounding a node's groups only once the node's bound leads (and,
-        for a space in nodes, building them only then)."""
-        heap: list[tuple[float, int, Any]] = []
+        """Groups in decreasing `throughput_bound`, each bound computed only once it can lead: the nodes sharing
+        tp, cp and micro-batch (`FAMILY_AXES`; of an MoE model, nodes of several expert degrees) are bounded together
+        first (`family_bound`), a node (`node_bound`) only once its family's bound leads, a node's groups by
+        `pipeline_bound` only once the node's does (for a space in nodes, built only then), and a group by its own
+        bound only once that leads. Each bound is at least what it stands for (a group's: the least of its own and
+        its node's), and an entry keeps the index of what it stands for (a family its first node's), so the groups
+        come in the order bounding every node and group first gives."""
+        nodes: list[Any]
         members: Callable[[Any], list[LayoutGroup]]
+        most: Callable[[Any], int]
         if isinstance(groups, SpaceNodes):
             space = groups
-            for i, node in enumerate(space.nodes):
-                heap.append((-self.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node)), i, node))
-            members = space.groups
+            nodes, members, most = space.nodes, space.groups, space.most_dp_pp
+            keys = [space.key(node) for node in nodes]
+
+            def first(node: Any) -> LayoutGroup:
+                return space.groups(node[:1])[0]
         else:
-            nodes: dict[tuple[object, ...], list[LayoutGroup]] = {}
+            by_key: dict[NodeKey, list[LayoutGroup]] = {}
             for g in groups:
-                nodes.setdefault(node_key(g), []).append(g)
-            for i, group_list in enumerate(nodes.values()):
-                most = max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in group_list)
-                heap.append((-self.node_bound(group_list[0], most), i, group_list))
-            members = list
+                by_key.setdefault(node_key(g), []).append(g)
+            nodes, members, keys = list(by_key.values()), list, list(by_key)
+
+            def most(node: Any) -> int:
+                return max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in node)
+
+            def first(node: Any) -> LayoutGroup:
+                return node[0]  # type: ignore[no-any-return]
+
+        def node_entry(i: int) -> tuple[float, int, int, Any]:
+            return -self.node_bound(first(nodes[i]), most(nodes[i])), i, _NODE, nodes[i]
+
+        families: dict[NodeKey, list[int]] = {}
+        for i, key in enumerate(keys):
+            families.setdefault(key[: len(FAMILY_AXES)], []).append(i)
+        # (-bound, index, what, entry): a group's index follows every node's
+        heap: list[tuple[float, int, int, Any]] = []
+        for family in families.values():
+            if len(family) == 1:
+                heap.append(node_entry(family[0]))
+            else:
+                bound = self.family_bound(first(nodes[family[0]]), max(most(nodes[i]) for i in family))
+                heap.append((-bound, family[0], _FAMILY, family))
         heapq.heapify(heap)
-        count = len(heap)
+        count = len(nodes)
         while heap:
-            priority, _, entry = heapq.heappop(heap)
-            if isinstance(entry, list):
+            priority, index, what, entry = heapq.heappop(heap)
+            if what == _FAMILY:
+                for i in entry:
+                    heapq.heappush(heap, node_entry(i))
+            elif what == _NODE:
+                node_tps, node_most = -priority, most(entry)
                 for g in members(entry):
                     count += 1
-                    heapq.heappush(heap, (-min(self.throughput_bound(g), -priority), count, g))
+                    bound = min(self.pipeline_bound(g, node_tps, node_most), node_tps)
+                    heapq.heappush(heap, (-bound, count, _PIPELINE, (g, node_tps)))
+            elif what == _PIPELINE:
+                g, node_tps = entry
+                heapq.heappush(heap, (-min(self.throughput_bound(g), node_tps), index, _GROUP, g))
             else:
                 yield -priority, entry
+
+
+_FAMILY, _NODE, _PIPELINE, _GROUP = range(4)  # what an entry of `CostTable.best_first`'s heap is: a family of
+# nodes, a node, a group by its `pipeline_bound`, a group by its own bound
 
 
 def _most_sharded(group: LayoutGroup) -> Sharding:

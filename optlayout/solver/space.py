@@ -278,6 +278,9 @@ _DEGREES = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "micro_batch", "grad_accu
             "last_stage_layers")  # fmt: skip
 NODE_AXES = ("tp", "cp", "micro_batch", "ep", "etp")
 """What the groups of one of the solver's bound nodes share (`CostTable.best_first`)."""
+FAMILY_AXES = ("tp", "cp", "micro_batch")
+"""What the nodes of one of the solver's bound families share (`CostTable.best_first`): all but the expert degrees."""
+assert NODE_AXES[: len(FAMILY_AXES)] == FAMILY_AXES
 NodeKey = tuple[int | None, ...]
 _spec_node = operator.itemgetter(*(_DEGREES.index(a) for a in NODE_AXES))
 # a `GroupSpec`'s fields, by name (literals, which the type checker reads)
@@ -306,6 +309,11 @@ class SpaceNodes:
     def groups(self, node: list[GroupSpec]) -> list[LayoutGroup]:
         assert self.shared is not None  # a space with nodes has its shared choices
         return [_group(spec, self.shared) for spec in node]
+
+    @staticmethod
+    def key(node: list[GroupSpec]) -> NodeKey:
+        """The node's `NODE_AXES`."""
+        return _spec_node(node[0])  # type: ignore[no-any-return]
 
     @staticmethod
     def most_dp_pp(node: list[GroupSpec]) -> int:
