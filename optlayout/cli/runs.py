@@ -28,10 +28,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(runs_app, name="runs")
 
 
-def _read(runs: Path) -> list[RunRecord]:
+def _read(*runs: Path) -> list[RunRecord]:
     from optlayout.runs.records import read_runs
 
-    return read_runs(runs)
+    return read_runs(*runs)
 
 
 def compare_command(
@@ -130,16 +130,7 @@ def calibrate_command(
     from optlayout.runs.calibrate import calibrate
 
     outputs.check_outputs((("--output", output), ("--heldout", heldout)), runs)
-    from optlayout.runs.records import read_located_runs, refuse_repeated_ids
-
-    seen: set[Path] = set()
-    for path in runs:
-        if path.resolve() in seen:
-            raise InputError(f"runs: {path} is given twice; give each file once")
-        seen.add(path.resolve())
-    located = [item for path in runs for item in read_located_runs(path)]
-    refuse_repeated_ids(located)  # within a file and across the files
-    records = [rec for _where, rec in located]
+    records = _read(*runs)  # a file or run id given twice is refused, across the files too
     named = " + ".join(path.name for path in runs)
     if len(records) < 2:
         raise InputError(f"runs: calibration needs at least 2 runs, {named} has {len(records)}")

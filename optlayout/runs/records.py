@@ -666,10 +666,15 @@ def _number(text: str) -> int | float | str:
 
 
 @checked_arguments
-def read_runs(path: str | Path) -> list[RunRecord]:
-    """Read run records from a `.jsonl`/`.json` or `.csv` file; errors name the line and field, and a run id
-    given twice is refused (one measurement would count twice)."""
-    located = read_located_runs(path)
+def read_runs(*paths: str | Path) -> list[RunRecord]:
+    """Read run records from `.jsonl`/`.json` or `.csv` files, in order; errors name the line and field, and a file
+    or a run id given twice (within a file or across them) is refused (one measurement would count twice)."""
+    seen: set[Path] = set()
+    for path in map(Path, paths):
+        if path.resolve() in seen:
+            raise InputError(f"runs: {path} is given twice; give each file once")
+        seen.add(path.resolve())
+    located = [item for path in paths for item in read_located_runs(path)]
     refuse_repeated_ids(located)
     return [rec for _where, rec in located]
 
