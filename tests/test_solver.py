@@ -202,22 +202,23 @@ def test_the_bounds_of_branch_and_bound_hold(problem, objective, dp_overlap, ove
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.sampled_from([0.0, 0.5, 1.0]))
-def test_a_group_overflows_exactly_when_each_of_its_layouts_does(problem, where) -> None:
-    """What the walk's skip of a whole group relies on: `group_overflows` (the first-stage memory floor of each
-    variant at the most sharded sharding) says a group overflows a capacity exactly when every one of its layouts'
-    memory floors does; the capacities tried lie at the least, middle and largest floor of the space."""
+def test_a_variant_overflows_exactly_when_each_of_its_layouts_does(problem, where) -> None:
+    """What the walk's skip of a variant (and of a whole group) relies on: `overflowing_variants` (the first-stage
+    memory floor of each variant at the most sharded sharding) holds a (recomputation, sequence parallelism) variant
+    exactly when every one of its layouts' memory floors overflows a capacity; the capacities tried lie at the least,
+    middle and largest floor of the space."""
     model, cluster, job, _ = problem
     topo = topology_from_cluster(cluster)
     table = CostTable(model, job, topo.gpu, topo)
     groups = list(enumerate_groups(model, job, topo.num_gpus, topo.domain_size, SpaceOptions(max_micro_batch=4)))
-    floors = [[memory_mib(memory_floor_bytes(model, job, lay, table.params, None)) for lay in g.layouts()]
-              for g in groups]  # fmt: skip
-    every = sorted(f for fs in floors for f in fs)
+    floors = [{(r, sp): [memory_mib(memory_floor_bytes(model, job, g.layout(s, r, sp), table.params, None))
+                         for s in g.shardings] for r, sp in g.variants()} for g in groups]  # fmt: skip
+    every = sorted(f for fs in floors for v in fs.values() for f in v)
     if not every:
         return
     cap = every[round(where * (len(every) - 1))]
     for group, fs in zip(groups, floors, strict=True):
-        assert table.group_overflows(group, cap) == all(f > cap for f in fs)
+        assert table.overflowing_variants(group, cap) == {v for v, f in fs.items() if all(x > cap for x in f)}
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -339,15 +339,18 @@ class CostTable:
         for r, sp in reversed(list(group.variants())):
             yield memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo)
 
-    def group_overflows(self, group: LayoutGroup, cap_mib: int) -> bool:
-        """Whether every layout of the group overflows `cap_mib` at its first stage alone (`group_floors`); tried
-        first on the first stage's training state and the reserve alone at the most sharded sharding (every floor
-        is at least that)."""
-        lay = group.layout(_most_sharded(group), *next(group.variants()))
-        state = first_stage_state_bytes(self.model, self.job, lay, self._memo)
+    def overflowing_variants(self, group: LayoutGroup, cap_mib: int) -> set[tuple[Recompute, bool]]:
+        """The (recomputation, sequence parallelism) variants of the group every layout of which overflows `cap_mib`
+        at its first stage alone: those whose floor at the most sharded sharding does (`group_floors`); every
+        variant when the first stage's training state and the reserve alone do at that sharding (every floor is at
+        least that)."""
+        variants = list(group.variants())
+        most = _most_sharded(group)
+        state = first_stage_state_bytes(self.model, self.job, group.layout(most, *variants[0]), self._memo)
         if memory_mib(state + self.params.runtime_reserve_bytes) > cap_mib:
-            return True
-        return all(memory_mib(floor) > cap_mib for floor in self.group_floors(group))
+            return set(variants)
+        return {(r, sp) for r, sp in variants if memory_mib(memory_floor_bytes(
+            self.model, self.job, group.layout(most, r, sp), self.params, self._memo)) > cap_mib}  # fmt: skip
 
     def least_memory(self, groups: Iterable[LayoutGroup]) -> Layout | None:
         """The first layout of the groups' layouts (in their order) of the least memory per GPU, as
@@ -393,7 +396,7 @@ class CostTable:
         of a (recomputation, sequence parallelism) variant is evaluated, its `variant_bound` holds for the
         variant's other shardings, which are skipped when it falls below that k-th best. A layout whose first
         stage alone overflows memory (`memory_floor_bytes`), or whose memory does, gets no step time, and a group
-        whose every layout's first stage does (`group_overflows`) is skipped whole. Under the
+        whose every layout's first stage does (`overflowing_variants`) is skipped whole, a variant likewise. Under the
         robust objective each bound is scaled by the largest factor it covers (`bound_factor`, `group_factor`).
         (4) The twin rule (`twin_key`): the k-th best counts twin classes, each at its best; and a recomputing
         layout is skipped once a feasible twin of less recomputation (the same sharding and sequence parallelism)
@@ -435,12 +438,15 @@ class CostTable:
                 threshold = (kth.value() - margin * self.bound_factor) / self.group_factor(group)
                 if bound < threshold:
                     continue
-            if self.group_overflows(group, cap_mib):
+            variants, overflowing = list(group.variants()), self.overflowing_variants(group, cap_mib)
+            if len(overflowing) == len(variants):
                 continue  # no layout of the group fits its first stage alone: none would be evaluated
             state_by_sharding: dict[Sharding, bool] = {}  # the state is the same for every variant
             unrecomputed: dict[bool, float] = {}  # per sequence parallelism: the evaluated recompute=none bound
             twin_best: dict[tuple[Sharding, bool], float] = {}  # per sharding and SP: the best feasible twin so far
-            for recompute, sp in group.variants():  # recompute=none first, then selective, then full
+            for recompute, sp in variants:  # recompute=none first, then selective, then full
+                if (recompute, sp) in overflowing:
+                    continue  # no layout of the variant fits its first stage alone: none would be evaluated
                 floor_tps = math.inf  # an upper bound on the variant's cluster tokens/s, before the robust factor
                 twinned = any(twin_sp == sp for _, twin_sp in twin_best)
                 if recompute != Recompute.none and (threshold > -math.inf or twinned):
