@@ -65,34 +65,57 @@ class GroupLinks:
     edp: Link = Link(1, math.inf, 0.0)  # the expert-data-parallel group (expert gradients and optimizer sharding)
 
 
-def group_links(topology: LinkSource, layout: Layout) -> GroupLinks:
+def group_links(
+    topology: LinkSource, layout: Layout, memo: dict[tuple[object, ...], object] | None = None
+) -> GroupLinks:
     """Place the layout's groups in `COSTED_ORDER` (Megatron's tp-cp-ep-dp-pp: TP fastest, then CP, DP, PP),
     the expert groups in its expert grid (expert-TP fastest, then EP, expert-DP, PP), and read their links.
 
     Every pipeline stage boundary is read on its own: PP is the slowest axis of that order, so stage i holds
     ranks [i*s, (i+1)*s) with s the PP stride, and each rank sends to the rank s above it. Interleaved (vp > 1),
     the last stage also sends to the first (chunk k on stage p-1 feeds chunk k+1 on stage 0; Megatron's pipeline
-    ranks wrap around), so that boundary joins the steady state's, not the fill's."""
+    ranks wrap around), so that boundary joins the steady state's, not the fill's. `memo` (one per topology) keeps
+    the links read, under each group's (size, stride), the all-to-all's and the pipeline's (stages, stride, wrap-around)."""
+    memo = {} if memo is None else memo
 
     def link(size: int, stride: int) -> Link:
         if size <= 1:
             return Link(1, math.inf, 0.0)
-        bw, lat = topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride)
-        return Link(size, bw, lat, topology.dim_domains(size, stride))
+        found = memo.get(("link", size, stride))
+        if not isinstance(found, Link):
+            bw, lat = topology.dim_bandwidth_Bps(size, stride), topology.dim_latency_s(size, stride)
+            found = memo["link", size, stride] = Link(size, bw, lat, topology.dim_domains(size, stride))
+        return found
 
     tp, cp, dp_cp, pp_stride = _dense_spans(layout.tp, layout.cp, layout.dp, layout.pp)
     etp, (size, stride), edp = _expert_spans(layout.etp, layout.ep, layout.edp, layout.pp)
-    a2a = Link(1, math.inf, 0.0)
-    if size > 1:
-        a2a = Link(size, topology.dim_all_to_all_bandwidth_Bps(size, stride), topology.dim_all_to_all_latency_s(size,
-                   stride), topology.dim_domains(size, stride))  # fmt: skip
-    p, s = layout.pp, pp_stride
-    fill = tuple(Link(2, *topology.pairs_link(i * s, (i + 1) * s, s)) for i in range(p - 1))
-    steady = fill + ((Link(2, *topology.pairs_link((p - 1) * s, 0, s)),) if layout.vp > 1 else ())
-    # the worst bandwidth and the worst latency of the boundaries, as the strided groups read their worst group
-    pp = Link(2, min(b.bandwidth_Bps for b in steady), max(b.latency_s for b in steady)) if steady else link(1, 1)
+    a2a = memo.get(("a2a", size, stride))
+    if not isinstance(a2a, Link):
+        a2a = Link(1, math.inf, 0.0)
+        if size > 1:
+            a2a = Link(size, topology.dim_all_to_all_bandwidth_Bps(size, stride), topology.dim_all_to_all_latency_s(
+                size, stride), topology.dim_domains(size, stride))  # fmt: skip
+        memo["a2a", size, stride] = a2a
+    pp, fill = _pipeline_links(topology, layout.pp, pp_stride, layout.vp > 1, memo)
     return GroupLinks(tp=link(*tp), cp=link(*cp), dp_cp=link(*dp_cp), pp=pp, pp_fill=fill, ep=a2a, etp=link(*etp),
                       edp=link(*edp))  # fmt: skip
+
+
+def _pipeline_links(
+    topology: LinkSource, p: int, s: int, wraps: bool, memo: dict[tuple[object, ...], object]
+) -> tuple[Link, tuple[Link, ...]]:
+    """(the steady state's slowest boundary, the fill's boundaries 0|1, ..., p-2|p-1) of `p` stages `s` ranks apart;
+    `wraps`: the last stage also sends to the first (interleaved). Through `memo`."""
+    key = ("pp", p, s, wraps)
+    found = memo.get(key)
+    if found is None:
+        fill = tuple(Link(2, *topology.pairs_link(i * s, (i + 1) * s, s)) for i in range(p - 1))
+        steady = fill + ((Link(2, *topology.pairs_link((p - 1) * s, 0, s)),) if wraps else ())
+        # the worst bandwidth and the worst latency of the boundaries, as the strided groups read their worst group
+        pp = Link(2, min(b.bandwidth_Bps for b in steady), max(b.latency_s for b in steady)) if steady else Link(
+            1, math.inf, 0.0)  # fmt: skip
+        found = memo[key] = (pp, fill)
+    return found  # type: ignore[return-value]
 
 
 Span = tuple[int, int]

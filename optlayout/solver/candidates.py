@@ -235,6 +235,7 @@ class CostTable:
         # the bounds below bound the cost model's throughput; the ranked one is at most this many times it
         self.bound_factor = robust.max_factor if robust is not None else 1.0
         self._links: dict[tuple[int, ...], GroupLinks] = {}
+        self._link_memo: dict[tuple[object, ...], object] = {}  # `group_links`' links read, across grids
         self._memo: dict[tuple[object, ...], object] = {}
         self.cost_s = 0.0  # seconds spent in the cost model so far
 
@@ -243,7 +244,7 @@ class CostTable:
         key = grid_key(layout)
         links = self._links.get(key)
         if links is None:
-            links = self._links[key] = group_links(self.topology, layout)
+            links = self._links[key] = group_links(self.topology, layout, self._link_memo)
         return links
 
     def candidate(self, layout: Layout, times: TimeBreakdown | None = None) -> Candidate:
