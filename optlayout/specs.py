@@ -406,6 +406,13 @@ class GpuSpec(_Spec):
         description="exponentials per second of the special function units (MUFU.EX2), the softmax's rate in the "
         "attention kernel; None: unknown, no exponential bound",
     )
+    sm_count: int | None = Field(
+        None,
+        gt=0,
+        le=limits.MAX_GPU_SMS,
+        description="streaming multiprocessors (compute units); what a communication kernel holding a fixed count of "
+        "them leaves the compute beside it. None: unknown, no such share priced",
+    )
     source: str = ""
 
     def peak_flops_for(self, precision: str) -> float:

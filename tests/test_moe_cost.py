@@ -230,3 +230,43 @@ def test_a_non_causal_job_on_sliding_window_layers_is_refused_up_front() -> None
     with pytest.raises(InputError, match="causal: the model's sliding-window layers"):
         check_layout(model, job, Layout(dp=8, ep=8, grad_accum=8), 8)
     Problem(model, JobSpec(seq_len=4096, global_batch=64), topo)  # causal: accepted
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "flex"])
+def test_ep_overlap_leaves_the_exchange_the_sms_its_kernels_hold(dispatcher) -> None:
+    """With EP overlap a layer takes max(compute + s x exchange, exchange): the compute under the exchange runs on
+    the SMs its kernels leave, s = 20 of the H100's 132 for the flex dispatcher (DeepEP's default), none priced for
+    the alltoall dispatcher. Qwen3-30B-A3B (48 MoE layers) on one stage: the step's exposed exchange is the
+    accumulation x 48 x max(s X, X - C), X and C one layer's exchange and compute per micro-batch."""
+    model = model_preset("qwen3-30b-a3b")
+    job = BALANCED.model_copy(update={"moe_ep_overlap": True, "moe_dispatcher": dispatcher})
+    layout, links = _links("dp=16,ep=16,ga=16", 16)
+    lt = layer_times(model, job, layout, H100, links, DEFAULT_PARAMS, MOE)
+    exchange = lt.ep_comm_fwd_s + lt.ep_comm_bwd_s
+    compute = 3 * lt.gemm_fwd_s + lt.attention_fwd_s + lt.attention_bwd_s
+    compute += (1 + DEFAULT_PARAMS.backward_elementwise_ratio) * lt.elementwise_fwd_s
+    share = 20 / 132 if dispatcher == "flex" else 0.0
+    expected = 16 * 48 * max(share * exchange, exchange - compute)
+    times = evaluate(model, job, layout, H100, topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16))).times
+    assert times.ep_comm_s == pytest.approx(expected, rel=1e-9)
+    if dispatcher == "flex":
+        assert times.ep_comm_s > 0  # the exchange hides under the compute, yet holds SMs from it
+
+
+def test_gpu_file_may_give_the_sm_count(tmp_path, monkeypatch) -> None:
+    """A GPU described by hand may state its SMs (the flex dispatcher's held share needs them); none: no share; a
+    count that is no positive integer is refused naming the field."""
+    from optlayout.cost.moe import held_sm_share
+    from optlayout.errors import InputError
+
+    spec = tmp_path / "gpus.yaml"
+    row = "  arch: hopper\n  memory_gib: 80\n  peak_tflops: {bf16: 989.4}\n  hbm_tbytes_per_s: 3.35\n"
+    row += "  scale_up_gbytes_per_s: 450\n  source: my datasheet\n"
+    spec.write_text(f"x100:\n{row}  sm_count: 100\ny100:\n{row}z100:\n{row}  sm_count: -4\n")
+    monkeypatch.setenv("OPTLAYOUT_GPU_FILE", str(spec))
+    flex = BALANCED.model_copy(update={"moe_dispatcher": "flex"})
+    assert held_sm_share(flex, gpu_preset("x100"), DEFAULT_PARAMS) == pytest.approx(0.2)
+    assert held_sm_share(flex, gpu_preset("y100"), DEFAULT_PARAMS) == 0.0
+    assert held_sm_share(BALANCED, gpu_preset("x100"), DEFAULT_PARAMS) == 0.0  # alltoall: none priced
+    with pytest.raises(InputError, match="sm_count"):
+        gpu_preset("z100")

@@ -75,7 +75,8 @@ def group_links(
     ranks [i*s, (i+1)*s) with s the PP stride, and each rank sends to the rank s above it. Interleaved (vp > 1),
     the last stage also sends to the first (chunk k on stage p-1 feeds chunk k+1 on stage 0; Megatron's pipeline
     ranks wrap around), so that boundary joins the steady state's, not the fill's. `memo` (one per topology) keeps
-    the links read, under each group's (size, stride), the all-to-all's and the pipeline's (stages, stride, wrap-around)."""
+    the links read, under each group's (size, stride), the all-to-all's and the pipeline's (stages, stride,
+    wrap-around)."""
     memo = {} if memo is None else memo
 
     def link(size: int, stride: int) -> Link:

@@ -207,10 +207,21 @@ def overlap_allowed(job: JobSpec, layout: Layout, any_pipeline: bool = False) ->
             and RecomputeModule.moe not in layout.selective_modules)  # fmt: skip
 
 
-def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool) -> float:
+def held_sm_share(job: JobSpec, gpu: GpuSpec, params: CostParams) -> float:
+    """The share of the GPU's SMs the token exchange's kernels hold while they run: the flex dispatcher's
+    `CostParams.flex_dispatch_sms` of `GpuSpec.sm_count`; 0 for the alltoall dispatcher or an unknown SM count."""
+    if job.moe_dispatcher != "flex" or gpu.sm_count is None:
+        return 0.0
+    return min(1.0, params.flex_dispatch_sms / gpu.sm_count)
+
+
+def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool, held_share: float = 0.0) -> float:
     """The token exchange left exposed: all of it, or with EP overlap what another micro-batch's compute of the
-    same layer cannot hide (the 1F1B all-to-all overlap pairs one micro-batch's forward with another's backward)."""
-    return max(0.0, comm_s - compute_s) if overlapped else comm_s
+    same layer cannot hide (the 1F1B all-to-all overlap pairs one micro-batch's forward with another's backward).
+    While the exchange runs its kernels hold `held_share` of the SMs (`held_sm_share`), so the compute under it
+    runs at 1 - that share: the layer takes max(compute + share x exchange, exchange), which leaves
+    max(share x exchange, exchange - compute) exposed."""
+    return max(held_share * comm_s, comm_s - compute_s) if overlapped else comm_s
 
 
 def moe_activation_bytes(model: ModelSpec, job: JobSpec, layout: Layout, params: CostParams) -> tuple[float, float]:

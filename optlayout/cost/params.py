@@ -253,6 +253,16 @@ class CostParams(BaseModel):
         "Source: DeepEP's normal kernels reach 153-158 of ~160 GB/s NVLink intranode and 43-58 GB/s RDMA of a "
         "50 GB/s CX7 NIC internode on H800 (deepseek-ai/DeepEP docs/legacy.md @dd758caf, moe.md 5.4): ~0.85-0.95.",
     )
+    flex_dispatch_sms: float = Field(
+        20.0,
+        ge=0,
+        description="SMs the flex dispatcher's dispatch and combine kernels hold while they run: with EP overlap the "
+        "compute beside them gets the rest of the GPU's SMs (`GpuSpec.sm_count`). Source: DeepEP's `Buffer.num_sms = "
+        "20` (deepseek-ai/DeepEP deep_ep/buffer.py) and Megatron-Core's `moe_deepep_num_sms = 20` (transformer_config"
+        ".py), the default backend's; DeepSeek-V3 (arXiv:2412.19437 sec. 3.2.2) dedicates 20 of the H800's 132 SMs to "
+        "communication. The alltoall dispatcher's NCCL kernels hold SMs too, but no source gives their count: none "
+        "priced there.",
+    )
     moe_permute_bytes_per_element: float = Field(
         4.0,
         ge=0,

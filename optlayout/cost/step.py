@@ -31,7 +31,7 @@ from optlayout.cost.attention import (
     kv_width_per_rank,
     mtp_kind,
 )
-from optlayout.cost.moe import exposed_comm_s, overlap_allowed, routed_gemm_floor_s, routed_times
+from optlayout.cost.moe import exposed_comm_s, held_sm_share, overlap_allowed, routed_gemm_floor_s, routed_times
 from optlayout.cost.params import CostParams
 from optlayout.frozen import fast_init
 from optlayout.layout.recompute import RecomputeModule
@@ -358,7 +358,7 @@ def stage_times(
         layers.append((mtp, model.mtp_layers, model.mtp_layers if full else 0))
     selective = layout.selective_modules if layout.recompute == Recompute.selective else None
     elementwise_ratio, tp_exposed = params.backward_elementwise_ratio, tp_exposed_share(layout, params)
-    cp_degree = layout.cp
+    cp_degree, held = layout.cp, held_sm_share(job, gpu, params) if overlapped else 0.0
     for lt, count, rerun_count in layers:
         fwd = lt.gemm_fwd_s + lt.attention_fwd_s + lt.elementwise_fwd_s + lt.cp_merge_fwd_s  # `forward_compute_s`
         bwd = 2 * lt.gemm_fwd_s + lt.attention_bwd_s
@@ -387,7 +387,7 @@ def stage_times(
         bwd_s += count * bwd
         tp_s += count * tp
         cp_s += count * cp
-        ep_s += count * exposed_comm_s(ep_comm, fwd + bwd, overlapped)
+        ep_s += count * exposed_comm_s(ep_comm, fwd + bwd, overlapped, held)
     if last:
         head_fwd_s, head_bwd_s = _output_head_s(model, job, layout, gpu, params, memo)
         fwd_s += head_fwd_s

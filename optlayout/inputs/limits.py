@@ -47,6 +47,7 @@ MAX_TOP = 1000  # layouts a solve returns (each is one more CP-SAT re-solve)
 MAX_GPU_MEMORY_BYTES = 2.0**50  # 1 PiB
 MAX_PEAK_FLOPS = 1e18  # per GPU; B300 dense FP4: 1.5e16
 MAX_MEMORY_BANDWIDTH_BYTES_PER_S = 1e15
+MAX_GPU_SMS = 4096  # per GPU; MI300X: 304 compute units, GB300: 160 SMs
 
 # ---------------------------------------------------------------------------------------------- the CP-SAT model
 MAX_CPSAT_COEFFICIENT = 2**40  # every coefficient and bound of the model (memory in MiB: 1 EiB)

@@ -2,8 +2,9 @@
 
 A GPU that is not listed is described in a YAML file of the same form as `gpus.yaml` (name: arch,
 memory_gib, peak_tflops, hbm_tbytes_per_s, scale_up_gbytes_per_s, source; optionally sfu_texp_per_s and
-sfu_source) named by the environment variable `OPTLAYOUT_GPU_FILE`; its entries join the presets under their own
-names, and an entry named as a shipped preset replaces it (the CLI says so on stderr: `replaced_presets`).
+sfu_source, sm_count and sm_source) named by the environment variable `OPTLAYOUT_GPU_FILE`; its entries join the
+presets under their own names, and an entry named as a shipped preset replaces it (the CLI says so on stderr:
+`replaced_presets`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def gpu_preset(name: str) -> GpuSpec:
             hbm_bandwidth_Bps=float(row["hbm_tbytes_per_s"]) * 1e12,
             scale_up_bandwidth_Bps=float(row["scale_up_gbytes_per_s"]) * 1e9,
             sfu_exp_per_s=None if texp is None else float(texp) * 1e12,
+            sm_count=row.get("sm_count"),
             source=row["source"],
         )
     except (pydantic.ValidationError, TypeError, ValueError, AttributeError) as exc:
