@@ -514,7 +514,8 @@ class JobSpec(_Spec):
     moe_ep_overlap: bool = Field(
         False,
         description="Megatron --overlap-moe-expert-parallel-comm: the expert all-to-all hides under another "
-        "micro-batch's compute where Megatron allows it (ep > 1, vp > 1 when pp > 1, no full recompute)",
+        "micro-batch's compute where Megatron allows it (ep > 1, vp > 1 when pp > 1, no full recompute); the flex "
+        "dispatcher's kernels hold some of the SMs that compute runs on meanwhile (CostParams.flex_dispatch_sms)",
     )
 
     @model_validator(mode="before")
