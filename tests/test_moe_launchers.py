@@ -10,6 +10,8 @@ import shlex
 
 import pytest
 
+from optlayout.cli.common import params_arg
+from optlayout.cost import evaluate
 from optlayout.emit import emit, emit_notes, megatron_problems
 from optlayout.emit.megatron import layer_pattern, megatron_args, moe_layer_freq
 from optlayout.errors import UnsupportedError
@@ -17,7 +19,8 @@ from optlayout.layout import parse_layout
 from optlayout.layout.ranks import expert_grid, grid
 from optlayout.layout.stages import chunk_layer_counts, stage_layer_counts
 from optlayout.presets import model_preset
-from optlayout.specs import JobSpec
+from optlayout.specs import ClusterSpec, JobSpec
+from optlayout.topology import topology_from_cluster
 from tests.conftest import FIXTURES, require
 from tests.launcher_plans import MOE_PLANS, MoePlan
 
@@ -332,3 +335,49 @@ def test_bridge_moe_refusals_name_the_rule(model: str, layout: str, grad_bytes: 
     with pytest.raises(UnsupportedError) as info:
         emit("megatron-bridge", model_preset(model), job, lay)
     assert rule in str(info.value) and "\n" not in str(info.value)
+
+
+QWEN_CLI = ["--model", "qwen3-30b-a3b", "--seq-len", "4096", "--global-batch", "512"]
+MOE_FLAGS = ["--moe-dispatcher", "flex", "--moe-ep-overlap", "--moe-routing", "balanced"]
+
+
+def test_the_cli_takes_the_jobs_moe_choices(cli, tmp_path) -> None:
+    """--moe-dispatcher, --moe-ep-overlap and --moe-routing reach the job: estimate prices them as the library does
+    (the exchange hidden under compute is shorter than the exposed one), emit turns them into Megatron's flags, a
+    saved plan carries them to `emit --plan`, which refuses them given again."""
+    cluster, layout = ["--cluster", "gpu=h100-sxm,gpus=16"], ["--layout", "dp=16,ep=16,ga=32"]
+    plain = cli("estimate", *QWEN_CLI, *cluster, *layout, "--moe-routing", "balanced", "--json")
+    hidden = cli("estimate", *QWEN_CLI, *cluster, *layout, *MOE_FLAGS, "--json")
+    assert plain.returncode == hidden.returncode == 0, plain.stderr + hidden.stderr
+    model, job = model_preset("qwen3-30b-a3b"), JobSpec(seq_len=4096, global_batch=512, moe_dispatcher="flex",
+                                                        moe_ep_overlap=True, moe_routing="balanced")  # fmt: skip
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16))
+    params = params_arg(None, "h100-sxm", "bf16")  # the shipped calibration, as the CLI takes it
+    expected = evaluate(model, job, parse_layout("dp=16,ep=16,ga=32"), topo.gpu, topo, params).times.ep_comm_s
+    got = json.loads(hidden.stdout)["prediction"]["time"]["ep_comm_s"]
+    assert got == pytest.approx(expected, rel=1e-9)
+    assert got < json.loads(plain.stdout)["prediction"]["time"]["ep_comm_s"]
+    emitted = cli("emit", "-f", "megatron", *QWEN_CLI, *layout, *MOE_FLAGS)
+    assert emitted.returncode == 0, emitted.stderr
+    args = emitted.stdout.split()
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
+    assert {"--overlap-moe-expert-parallel-comm", "--moe-router-force-load-balancing"} <= set(args)
+    plan = tmp_path / "plan.json"
+    solved = cli("solve", *QWEN_CLI, *cluster, *MOE_FLAGS, "--top", "1", "--save", str(plan))
+    assert solved.returncode == 0, solved.stderr
+    from_plan = cli("emit", "-f", "megatron", "--plan", str(plan)).stdout.split()
+    assert from_plan[from_plan.index("--moe-token-dispatcher-type") + 1] == "flex"
+    again = cli("emit", "-f", "megatron", "--plan", str(plan), "--moe-ep-overlap")
+    assert again.returncode != 0 and "--moe-ep-overlap" in again.stderr
+
+
+@pytest.mark.parametrize("command", ["estimate", "explain", "solve", "emit"])
+def test_moe_choices_on_a_dense_model_are_refused_naming_the_field(cli, command) -> None:
+    args = ["--model", "llama3-8b", "--seq-len", "4096", "--global-batch", "64", "--moe-dispatcher", "flex"]
+    if command != "emit":
+        args += ["--cluster", "gpu=h100-sxm,gpus=8"]
+    if command != "solve":
+        args += ["--layout", "dp=8,ga=8"]
+    out = cli(command, *(["-f", "megatron"] if command == "emit" else []), *args)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "moe_dispatcher: for mixture-of-experts models; Llama 3 8B has no routed experts" in out.stderr

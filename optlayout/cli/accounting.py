@@ -220,6 +220,9 @@ def estimate_command(
     fp8_recipe: common.Fp8RecipeOpt = None,
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
+    moe_dispatcher: common.MoeDispatcherOpt = None,
+    moe_ep_overlap: common.MoeEpOverlapOpt = False,
+    moe_routing: common.MoeRoutingOpt = None,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     headroom: common.HeadroomOpt = 0.05,
@@ -235,7 +238,8 @@ def estimate_command(
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
                          attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes,
-                         fp8_recipe=fp8_recipe)  # fmt: skip
+                         fp8_recipe=fp8_recipe, moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
+                         moe_routing=moe_routing)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     lay = parse_layout(layout)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)

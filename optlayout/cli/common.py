@@ -14,7 +14,16 @@ from rich.console import Console
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InputError, OptlayoutError, describe_validation_error
-from optlayout.specs import AttentionKernel, Fp8Recipe, JobSpec, ModelSpec, Precision, fp8_pricing_note
+from optlayout.specs import (
+    AttentionKernel,
+    Fp8Recipe,
+    JobSpec,
+    ModelSpec,
+    MoeDispatcher,
+    MoeRouting,
+    Precision,
+    fp8_pricing_note,
+)
 
 if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
     from optlayout.layout.model import Layout
@@ -106,11 +115,37 @@ AttentionKernelOpt = Annotated[
     ),
 ]
 OptimizerBytesOpt = Annotated[float, typer.Option("--optimizer-bytes", help="optimizer bytes per parameter")]
+MoeDispatcherOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--moe-dispatcher",
+        help="MoE models: alltoall (Megatron's all-to-all, the default) | flex (DeepEP/HybridEP: a token moves once "
+        "per destination rank, FP8 dispatch in FP8 jobs)",
+    ),
+]
+MoeEpOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--moe-ep-overlap",
+        help="MoE models: hide the expert all-to-all under another micro-batch's compute where Megatron allows it "
+        "(--overlap-moe-expert-parallel-comm; default: off)",
+    ),
+]
+MoeRoutingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--moe-routing",
+        help="MoE models: balanced (force-balanced routing, as benchmarks run it); default: real routing, the "
+        "busiest rank's tokens at 1.2x the mean",
+    ),
+]
 
 
-def switched_job_flags(dropout: bool, grad_bytes: float) -> list[str]:
+def switched_job_flags(dropout: bool, grad_bytes: float, moe_ep_overlap: bool = False) -> list[str]:
     """The job switches given other than their defaults (a saved plan carries its own: `--plan`, `--from-plan`)."""
-    return [flag for flag, on in (("--dropout", dropout), ("--grad-bytes", grad_bytes != GRAD_BYTES)) if on]
+    switches = (("--dropout", dropout), ("--grad-bytes", grad_bytes != GRAD_BYTES),
+                ("--moe-ep-overlap", moe_ep_overlap))
+    return [flag for flag, on in switches if on]
 
 
 GRAD_BYTES = float(JobSpec.model_fields["grad_bytes_per_param"].default)  # 16-bit gradient buffers
@@ -189,6 +224,9 @@ def job_arg(
     dropout: bool = False,
     grad_bytes: float = GRAD_BYTES,
     fp8_recipe: str | None = None,
+    moe_dispatcher: str | None = None,
+    moe_ep_overlap: bool = False,
+    moe_routing: str | None = None,
 ) -> JobSpec:
     """The job from the command's flags; `--grad-bytes` only as a launcher keeps gradient buffers (2 or 4)."""
     if grad_bytes not in (2, 4):
@@ -208,6 +246,9 @@ def job_arg(
             dropout=dropout,
             grad_bytes_per_param=grad_bytes,
             fp8_recipe=cast(Fp8Recipe | None, fp8_recipe),
+            moe_dispatcher=cast(MoeDispatcher, moe_dispatcher or "alltoall"),
+            moe_ep_overlap=moe_ep_overlap,
+            moe_routing=cast(MoeRouting | None, moe_routing),
         )
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "job")) from None

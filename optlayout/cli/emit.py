@@ -35,6 +35,9 @@ def register(app: typer.Typer) -> None:
         fp8_recipe: common.Fp8RecipeOpt = None,
         dropout: common.DropoutOpt = False,
         grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
+        moe_dispatcher: common.MoeDispatcherOpt = None,
+        moe_ep_overlap: common.MoeEpOverlapOpt = False,
+        moe_routing: common.MoeRoutingOpt = None,
         gpus_per_node: Annotated[
             int | None, typer.Option("--gpus-per-node", help="GPUs (ranks) per node (default 8)")
         ] = None,
@@ -58,9 +61,10 @@ def register(app: typer.Typer) -> None:
         if plan is not None:
             given = {"--layout": layout, "--model": model, "--model-config": model_config, "--seq-len": seq_len,
                      "--global-batch": global_batch, "--precision": precision, "--fp8-recipe": fp8_recipe,
-                     "--gpus-per-node": gpus_per_node}  # fmt: skip
+                     "--gpus-per-node": gpus_per_node, "--moe-dispatcher": moe_dispatcher,
+                     "--moe-routing": moe_routing}  # fmt: skip
             dropped = [flag for flag, v in given.items() if v is not None]
-            dropped += common.switched_job_flags(dropout, grad_bytes)
+            dropped += common.switched_job_flags(dropout, grad_bytes, moe_ep_overlap)
             if dropped:
                 raise InputError(f"plan: --plan carries the model, job, layout and node size; drop "
                                  f"{', '.join(dropped)}")  # fmt: skip
@@ -77,7 +81,8 @@ def register(app: typer.Typer) -> None:
                 raise InputError("emit: give --plan plan.json, or --layout with --seq-len and --model")
             spec = common.model_arg(model, model_config)
             job = common.job_arg(seq_len, global_batch, None, precision=precision or "bf16", dropout=dropout,
-                                 grad_bytes=grad_bytes, fp8_recipe=fp8_recipe)  # fmt: skip
+                                 grad_bytes=grad_bytes, fp8_recipe=fp8_recipe, moe_dispatcher=moe_dispatcher,
+                                 moe_ep_overlap=moe_ep_overlap, moe_routing=moe_routing)  # fmt: skip
             lay, per_node = parse_layout(layout), gpus_per_node or 8
         text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
                     torchtitan_version=torchtitan_version)  # fmt: skip

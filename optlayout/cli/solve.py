@@ -224,6 +224,9 @@ def solve_command(
     fp8_recipe: common.Fp8RecipeOpt = None,
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
+    moe_dispatcher: common.MoeDispatcherOpt = None,
+    moe_ep_overlap: common.MoeEpOverlapOpt = False,
+    moe_routing: common.MoeRoutingOpt = None,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     headroom: common.HeadroomOpt = 0.05,
@@ -280,8 +283,9 @@ def solve_command(
         job_flags = [f for f, v in (("--seq-len", seq_len), ("--model", model), ("--model-config", model_config),
                                     ("--global-batch", global_batch), ("--global-batch-tokens", global_batch_tokens),
                                     ("--min-global-batch", min_global_batch), ("--max-global-batch", max_global_batch),
-                                    ("--attention-kernel", attention_kernel), ("--fp8-recipe", fp8_recipe))
-                     if v is not None] + common.switched_job_flags(dropout, grad_bytes)  # fmt: skip
+                                    ("--attention-kernel", attention_kernel), ("--fp8-recipe", fp8_recipe),
+                                    ("--moe-dispatcher", moe_dispatcher), ("--moe-routing", moe_routing))
+                     if v is not None] + common.switched_job_flags(dropout, grad_bytes, moe_ep_overlap)  # fmt: skip
         if job_flags:
             raise InputError(f"--from-plan keeps the plan's model and job: drop {', '.join(job_flags)}")
         if gpus is None and source is None:
@@ -298,7 +302,7 @@ def solve_command(
         shape = common.model_arg(model, model_config)
         job = common.job_arg(seq_len, global_batch, global_batch_tokens, min_global_batch, max_global_batch,
                              precision, optimizer_bytes, headroom, attention_kernel, dropout, grad_bytes,
-                             fp8_recipe)  # fmt: skip
+                             fp8_recipe, moe_dispatcher, moe_ep_overlap, moe_routing)  # fmt: skip
         with clock.phase("topology"):
             loaded = load_cluster(source)
         fitted = common.calibration_arg(calibration)
@@ -582,6 +586,9 @@ def explain_command(
     fp8_recipe: common.Fp8RecipeOpt = None,
     attention_kernel: common.AttentionKernelOpt = None,
     dropout: common.DropoutOpt = False,
+    moe_dispatcher: common.MoeDispatcherOpt = None,
+    moe_ep_overlap: common.MoeEpOverlapOpt = False,
+    moe_routing: common.MoeRoutingOpt = None,
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     headroom: common.HeadroomOpt = 0.05,
@@ -595,7 +602,8 @@ def explain_command(
     job = common.job_arg(seq_len, global_batch, global_batch_tokens, precision=precision,
                          optimizer_bytes=optimizer_bytes, headroom=headroom,
                          attention_kernel=attention_kernel, dropout=dropout, grad_bytes=grad_bytes,
-                         fp8_recipe=fp8_recipe)  # fmt: skip
+                         fp8_recipe=fp8_recipe, moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
+                         moe_routing=moe_routing)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": common.assumed_arg(cluster)}
     report |= common.fp8_fields(job)

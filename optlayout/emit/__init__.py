@@ -52,6 +52,7 @@ from optlayout.emit.torchtitan import (
 )
 from optlayout.errors import InputError
 from optlayout.layout.ranks import check_costed_order
+from optlayout.layout.rules import job_problems
 from optlayout.specs import JobSpec, Layout, ModelSpec
 
 FORMATS = ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "accelerate", "mesh", "ranks")
@@ -135,6 +136,8 @@ def emit(
     picks Megatron-FSDP or torch FSDP2 (megatron); `hostnames` names the nodes (ranks; accelerate's main process).
     """
     key = _format(fmt, overrides, torchtitan_version)
+    if problems := job_problems(model, job):
+        raise InputError(f"emit: {'; '.join(problems)}")
     if key in ("megatron", "ranks"):
         check_costed_order(layout, order)
     handled = {
