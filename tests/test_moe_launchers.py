@@ -381,3 +381,23 @@ def test_moe_choices_on_a_dense_model_are_refused_naming_the_field(cli, command)
     out = cli(command, *(["-f", "megatron"] if command == "emit" else []), *args)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "moe_dispatcher: for mixture-of-experts models; Llama 3 8B has no routed experts" in out.stderr
+
+
+def test_memory_takes_the_expert_axes(cli) -> None:
+    """`memory --ep 8` on Qwen3-30B-A3B (48 layers x 128 experts of 3 x 2048 x 768 SwiGLU weights = 28.99B routed of
+    30.53B): each GPU holds the dense 1.54B and an eighth of the experts, at 2 + 2 + 12 bytes each without sharding;
+    --moe-routing balanced lowers the routed activations; ep with --params or on a dense model is refused."""
+    out = cli("memory", "--model", "qwen3-30b-a3b", "--gpus", "8", "--ep", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    routed, total = 48 * 128 * 3 * 2048 * 768, 30_532_122_624
+    assert json.loads(out.stdout)["state_per_gpu_bytes"] == pytest.approx(16 * (total - routed + routed / 8))
+    acts = {}
+    for routing in ([], ["--moe-routing", "balanced"]):
+        run = cli("memory", "--model", "qwen3-30b-a3b", "--gpus", "8", "--ep", "8", "--seq-len", "4096", "--json",
+                  *routing)  # fmt: skip
+        acts[bool(routing)] = json.loads(run.stdout)["activations_per_gpu_bytes"]
+    assert acts[True] < acts[False]
+    for args, message in ((["--params", "7e9"], "ep: the expert axes need a mixture-of-experts model shape"),
+                          (["--model", "llama3-8b"], "ep/etp > 1 need a mixture-of-experts model")):  # fmt: skip
+        refused = cli("memory", *args, "--gpus", "8", "--ep", "8")
+        assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr

@@ -86,6 +86,8 @@ def memory_command(
     tp: Annotated[int, typer.Option("--tp")] = 1,
     pp: Annotated[int, typer.Option("--pp")] = 1,
     cp: Annotated[int, typer.Option("--cp")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert parallelism (MoE models)")] = 1,
+    etp: Annotated[int, typer.Option("--etp", help="expert tensor parallelism (MoE models)")] = 1,
     gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs in the job (gives dp)")] = None,
     dp: Annotated[int | None, typer.Option("--dp")] = None,
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node")] = 8,
@@ -104,12 +106,13 @@ def memory_command(
     optimizer_bytes: common.OptimizerBytesOpt = 12.0,
     grad_bytes: common.GradBytesOpt = common.GRAD_BYTES,
     dropout: common.DropoutOpt = False,
+    moe_routing: common.MoeRoutingOpt = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Memory per GPU: training state (always), activations when a model shape and sequence are given."""
     activation_flags = [flag for flag, given in (("--micro-batch", micro_batch is not None),
-                        ("--sp", sequence_parallel), ("--recompute", recompute is not None), ("--dropout", dropout))
-                        if given]  # fmt: skip
+                        ("--sp", sequence_parallel), ("--recompute", recompute is not None), ("--dropout", dropout),
+                        ("--moe-routing", moe_routing is not None)) if given]  # fmt: skip
     if activation_flags and seq_len is None:  # they change only the activations, which need --seq-len
         named = ", ".join(activation_flags)
         verb = "change" if len(activation_flags) > 1 else "changes"
@@ -117,7 +120,7 @@ def memory_command(
                          f"model shape and a sequence; give --model with --seq-len, or drop {named}")  # fmt: skip
     micro_batch = 1 if micro_batch is None else micro_batch
     recompute = "none" if recompute is None else recompute
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("micro-batch", micro_batch)):
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("etp", etp), ("micro-batch", micro_batch)):
         if value < 1:
             raise InputError(f"{name}: must be at least 1 (got {value})")
     if gpus is not None and dp is not None:
@@ -139,7 +142,7 @@ def memory_command(
     except ValueError:
         raise InputError(f"sharding: {sharding!r} is not one of none, zero1, zero2, fsdp") from None
     job = common.job_arg(seq_len or 1, None, None, optimizer_bytes=optimizer_bytes, dropout=dropout,
-                         grad_bytes=grad_bytes)  # fmt: skip
+                         grad_bytes=grad_bytes, moe_routing=moe_routing)  # fmt: skip
     capacity = None
     if gpu_memory_gb is not None:
         if not (math.isfinite(gpu_memory_gb) and 0 < gpu_memory_gb <= MAX_GPU_MEMORY_BYTES / 1e9):
@@ -148,8 +151,8 @@ def memory_command(
     elif gpu is not None:
         capacity = gpu_preset(gpu).memory_bytes
     try:
-        layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=micro_batch, grad_accum=max(pp, 1), sharding=shard,
-                        recompute=recompute, sequence_parallel=sequence_parallel)  # fmt: skip
+        layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, micro_batch=micro_batch, grad_accum=max(pp, 1),
+                        sharding=shard, recompute=recompute, sequence_parallel=sequence_parallel)  # fmt: skip
     except pydantic.ValidationError as exc:
         raise InputError(describe_validation_error(exc, "layout")) from None
     if param_count is not None:
@@ -157,6 +160,8 @@ def memory_command(
             raise InputError("params: give --params or a model, not both")
         if seq_len is not None:
             raise InputError("seq-len: activations need a model shape; give --model with --seq-len")
+        if ep * etp > 1:
+            raise InputError("ep: the expert axes need a mixture-of-experts model shape; give --model, not --params")
         if not (math.isfinite(param_count) and 0 < param_count <= MAX_PARAMS):
             raise InputError(f"params: must be a finite number in (0, {MAX_PARAMS:g}] (got {param_count})")
         est = memory_estimate(job, layout, DEFAULT_PARAMS, param_count=param_count)
@@ -164,7 +169,8 @@ def memory_command(
         shape = common.model_arg(model, model_config)
         check_layout(shape, job.model_copy(update={"seq_len": seq_len or 2 * cp}), layout, layout.gpus)
         est = memory_estimate(job, layout, DEFAULT_PARAMS, model=shape, with_activations=seq_len is not None)
-    out: dict[str, object] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "gpus": layout.gpus, "sharding": shard.value}
+    out: dict[str, object] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "ep": ep, "etp": etp, "gpus": layout.gpus,
+                              "sharding": shard.value}  # fmt: skip
     if est.breakdown is not None:
         out |= {"fullest_stage": est.breakdown.stage, "reserve_bytes": est.breakdown.reserve_bytes,
                 "buffers_bytes": est.breakdown.buffers_bytes}  # fmt: skip
@@ -188,7 +194,8 @@ def memory_command(
     if as_json:
         common.print_json(out)
         return
-    table = Table(title=f"memory per GPU (tp={tp} pp={pp} cp={cp} dp={dp}, {shard.value})")
+    experts = f" ep={ep} etp={etp}" if ep * etp > 1 else ""
+    table = Table(title=f"memory per GPU (tp={tp} pp={pp} cp={cp} dp={dp}{experts}, {shard.value})")
     table.add_column("term")
     table.add_column("GB", justify="right")
     rows: list[tuple[str, float | None]] = [
