@@ -401,3 +401,20 @@ def test_memory_takes_the_expert_axes(cli) -> None:
                           (["--model", "llama3-8b"], "ep/etp > 1 need a mixture-of-experts model")):  # fmt: skip
         refused = cli("memory", *args, "--gpus", "8", "--ep", "8")
         assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_moe_choices_left_out_are_said_assumed(cli) -> None:
+    """An MoE job's dispatcher, EP overlap and routing, when not given, are listed as assumed (JSON and text); given,
+    they are not; a dense model's job lists none."""
+    cluster, layout = ["--cluster", "gpu=h100-sxm,gpus=16"], ["--layout", "dp=16,ep=16,ga=32"]
+    left = json.loads(cli("estimate", *QWEN_CLI, *cluster, *layout, "--json").stdout)["assumed"]
+    assert {k: left[k]["value"] for k in ("moe_dispatcher", "moe_ep_overlap", "moe_routing")} == {
+        "moe_dispatcher": "alltoall", "moe_ep_overlap": False, "moe_routing": "real"}  # fmt: skip
+    given = json.loads(cli("estimate", *QWEN_CLI, *cluster, *layout, *MOE_FLAGS, "--json").stdout)["assumed"]
+    assert not {"moe_dispatcher", "moe_ep_overlap", "moe_routing"} & set(given)
+    solved = cli("solve", *QWEN_CLI, *cluster, "--top", "1")
+    text = solved.stdout + solved.stderr
+    assert "assumed moe_routing=real (not given: trained routing" in text
+    dense = cli("estimate", "--model", "llama3-8b", "--seq-len", "4096", "--global-batch", "64", "--cluster",
+                "gpu=h100-sxm,gpus=8", "--layout", "dp=8,ga=8", "--json")  # fmt: skip
+    assert not any(k.startswith("moe_") for k in json.loads(dense.stdout)["assumed"])

@@ -169,6 +169,10 @@ def memory_command(
         shape = common.model_arg(model, model_config)
         check_layout(shape, job.model_copy(update={"seq_len": seq_len or 2 * cp}), layout, layout.gpus)
         est = memory_estimate(job, layout, DEFAULT_PARAMS, model=shape, with_activations=seq_len is not None)
+        if seq_len is not None:  # the routing sets the routed activations (the dispatcher and overlap: no memory)
+            routing = common.moe_assumed(shape, None, False, moe_routing).get("moe_routing")
+            if routing is not None:
+                assumed["moe_routing"] = routing
     out: dict[str, object] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "ep": ep, "etp": etp, "gpus": layout.gpus,
                               "sharding": shard.value}  # fmt: skip
     if est.breakdown is not None:
@@ -250,7 +254,7 @@ def estimate_command(
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     lay = parse_layout(layout)
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)
-    assumed = common.assumed_arg(cluster)
+    assumed = common.assumed_arg(cluster) | common.moe_assumed(shape, moe_dispatcher, moe_ep_overlap, moe_routing)
     support = common.support_arg(calibration, shape, job, lay, topo.gpu.name, run.prediction.tokens_per_s_per_gpu)
     if as_json:
         common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler, "assumed": assumed}

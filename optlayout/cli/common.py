@@ -190,6 +190,23 @@ def assumed_arg(cluster: str | None) -> dict[str, dict[str, Any]]:
     return cluster_assumptions(parse_cluster_shorthand(cluster)) if cluster is not None else {}
 
 
+def moe_assumed(
+    model: ModelSpec, dispatcher: str | None, ep_overlap: bool, routing: str | None
+) -> dict[str, dict[str, Any]]:
+    """What an MoE job took for the MoE choices its flags left out (none for a dense model)."""
+    if model.moe is None:
+        return {}
+    left = (
+        ("moe_dispatcher", dispatcher is None, "alltoall",
+         "not given: Megatron's all-to-all token dispatcher; --moe-dispatcher flex for DeepEP/HybridEP"),
+        ("moe_ep_overlap", not ep_overlap, False, "not given: off, Megatron's default; --moe-ep-overlap"),
+        ("moe_routing", routing is None, "real",
+         "not given: trained routing, the busiest rank's tokens 1.2x the mean; --moe-routing balanced for a "
+         "force-balanced benchmark"),
+    )  # fmt: skip
+    return {name: {"value": value, "why": why} for name, unset, value, why in left if unset}
+
+
 def print_assumed(assumed: dict[str, dict[str, Any]]) -> None:
     """One line per value assumed (by the cluster shorthand; by `memory`, dp = 1): name=value (why)."""
     for name, a in assumed.items():

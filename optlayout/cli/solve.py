@@ -312,6 +312,8 @@ def solve_command(
         plan = solve(shape, loaded, job, params=params, objective=objective or "mfu",
                      straggler_slowdown=straggler_slowdown or 0.0, uncertainty=uncertainty, robust=bool(robust),
                      **search)  # fmt: skip
+        moe = common.moe_assumed(shape, moe_dispatcher, moe_ep_overlap, moe_routing)
+        plan = plan.model_copy(update={"assumed": plan.assumed | moe}) if moe else plan
     clock.merge(plan.phases_s)
     _output(plan, save, report, loaded, as_json, inputs, clock, timings, verbose)
 
@@ -605,7 +607,8 @@ def explain_command(
                          fp8_recipe=fp8_recipe, moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
                          moe_routing=moe_routing)  # fmt: skip
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
-    report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": common.assumed_arg(cluster)}
+    assumed = common.assumed_arg(cluster) | common.moe_assumed(shape, moe_dispatcher, moe_ep_overlap, moe_routing)
+    report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": assumed}
     report |= common.fp8_fields(job)
     if as_json:
         common.print_json(report)
