@@ -149,6 +149,7 @@ def switched_job_flags(dropout: bool, grad_bytes: float, moe_ep_overlap: bool = 
 
 
 GRAD_BYTES = float(JobSpec.model_fields["grad_bytes_per_param"].default)  # 16-bit gradient buffers
+MOE_DISPATCHER: MoeDispatcher = JobSpec.model_fields["moe_dispatcher"].default  # Megatron's all-to-all
 GradBytesOpt = Annotated[
     float, typer.Option("--grad-bytes", help="gradient bytes per parameter: 2 (bf16, default) or 4 (fp32 main grads)")
 ]
@@ -197,7 +198,7 @@ def moe_assumed(
     if model.moe is None:
         return {}
     left = (
-        ("moe_dispatcher", dispatcher is None, "alltoall",
+        ("moe_dispatcher", dispatcher is None, MOE_DISPATCHER,
          "not given: Megatron's all-to-all token dispatcher; --moe-dispatcher flex for DeepEP/HybridEP"),
         ("moe_ep_overlap", not ep_overlap, False, "not given: off, Megatron's default; --moe-ep-overlap"),
         ("moe_routing", routing is None, "real",
@@ -263,7 +264,7 @@ def job_arg(
             dropout=dropout,
             grad_bytes_per_param=grad_bytes,
             fp8_recipe=cast(Fp8Recipe | None, fp8_recipe),
-            moe_dispatcher=cast(MoeDispatcher, moe_dispatcher or "alltoall"),
+            moe_dispatcher=cast(MoeDispatcher, moe_dispatcher or MOE_DISPATCHER),
             moe_ep_overlap=moe_ep_overlap,
             moe_routing=cast(MoeRouting | None, moe_routing),
         )

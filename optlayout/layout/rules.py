@@ -98,7 +98,8 @@ def job_problems(model: ModelSpec, job: JobSpec) -> list[str]:
     """Rules the job must satisfy for the model, whatever the layout."""
     if not job.causal and any(model.sliding_window_flags):
         return ["causal: the model's sliding-window layers attend causally; a non-causal job cannot use them"]
-    moe_fields = [name for name, given in (("moe_dispatcher", job.moe_dispatcher != "alltoall"),
+    default_dispatcher = type(job).model_fields["moe_dispatcher"].default
+    moe_fields = [name for name, given in (("moe_dispatcher", job.moe_dispatcher != default_dispatcher),
                                            ("moe_ep_overlap", job.moe_ep_overlap),
                                            ("moe_routing", job.moe_routing is not None)) if given]  # fmt: skip
     if model.moe is None and moe_fields:
