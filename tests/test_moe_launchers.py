@@ -418,3 +418,33 @@ def test_the_moe_choices_left_out_are_said_assumed(cli) -> None:
     dense = cli("estimate", "--model", "llama3-8b", "--seq-len", "4096", "--global-batch", "64", "--cluster",
                 "gpu=h100-sxm,gpus=8", "--layout", "dp=8,ga=8", "--json")  # fmt: skip
     assert not any(k.startswith("moe_") for k in json.loads(dense.stdout)["assumed"])
+
+
+SM_NOTE = ("moe_ep_overlap with the flex dispatcher on h20: its SM count is not known, so the SMs the dispatcher's "
+           "kernels hold under the overlap are not priced")  # fmt: skip
+
+
+def test_overlap_on_a_gpu_of_no_known_sm_count_is_noted(cli) -> None:
+    """The flex dispatcher's held SMs need the GPU's SM count (the H20 preset states none): there the share goes
+    unpriced, and estimate, explain, solve and compare say so; on the H100 (132 SMs), or without the overlap, no
+    note."""
+    layout = ["--layout", "dp=16,ep=16,ga=32"]
+    h20, h100 = ["--cluster", "gpu=h20,gpus=16"], ["--cluster", "gpu=h100-sxm,gpus=16"]
+    for command, args in (("estimate", layout), ("explain", layout), ("solve", ["--top", "1"])):
+        noted = cli(command, *QWEN_CLI, *h20, *args, *MOE_FLAGS, "--json")
+        assert noted.returncode == 0, noted.stderr
+        notes = json.loads(noted.stdout)["notes"]
+        assert len(notes) == 1 and notes[0].startswith(SM_NOTE), notes
+        for quiet in (cli(command, *QWEN_CLI, *h100, *args, *MOE_FLAGS, "--json"),
+                      cli(command, *QWEN_CLI, *h20, *args, "--moe-dispatcher", "flex", "--json")):  # fmt: skip
+            assert quiet.returncode == 0 and "notes" not in json.loads(quiet.stdout), quiet.stderr
+    text = cli("estimate", *QWEN_CLI, *h20, *layout, *MOE_FLAGS)
+    assert f"note: {SM_NOTE}" in " ".join(text.stdout.split())
+    record = json.loads((FIXTURES / "runs" / "moe_runs.jsonl").read_text().splitlines()[0])
+    record["job"] |= {"moe_dispatcher": "flex", "moe_ep_overlap": True}
+    from optlayout.runs.records import RunRecord
+
+    assert RunRecord.model_validate(record).notes() == []  # on H100s
+    record["cluster"]["gpu"] = "h20"
+    (note,) = RunRecord.model_validate(record).notes()
+    assert note.startswith(SM_NOTE)

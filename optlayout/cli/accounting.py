@@ -16,6 +16,7 @@ from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.limits import MAX_GPU_MEMORY_BYTES, MAX_GPUS
 from optlayout.layout import Layout, Sharding, check_layout, parse_layout
 from optlayout.presets import gpu_preset
+from optlayout.specs import pricing_notes
 
 MAX_PARAMS = 1e16  # parameters of a model given by count (--params): ten thousand times the largest published
 MAX_TOKENS_PER_S = 1e12  # tokens/s per GPU; an H100 reaches about 5e5 on a 125M-parameter model
@@ -256,12 +257,14 @@ def estimate_command(
     run = estimate_run(shape, topo, job, lay, params, straggler_slowdown=straggler_slowdown)
     assumed = common.assumed_arg(cluster) | common.moe_assumed(shape, moe_dispatcher, moe_ep_overlap, moe_routing)
     support = common.support_arg(calibration, shape, job, lay, topo.gpu.name, run.prediction.tokens_per_s_per_gpu)
+    notes = pricing_notes(job, topo.gpu)
     if as_json:
-        common.print_json({"layout": lay, "prediction": run.prediction, "straggler": run.straggler, "assumed": assumed}
-                          | common.fp8_fields(job) | ({"support": support} if support is not None else {}))  # fmt: skip
+        report = {"layout": lay, "prediction": run.prediction, "straggler": run.straggler, "assumed": assumed}
+        report |= common.note_fields(job, notes) | ({"support": support} if support is not None else {})
+        common.print_json(report)
         return
     common.print_assumed(assumed)
-    common.print_fp8_note(job)
+    common.print_notes(notes)
     print_prediction(lay.short(), run.prediction)
     if support is not None:
         common.console.print(

@@ -22,7 +22,6 @@ from optlayout.specs import (
     MoeDispatcher,
     MoeRouting,
     Precision,
-    fp8_pricing_note,
 )
 
 if TYPE_CHECKING:  # loaded on use, keeping the light commands fast
@@ -214,18 +213,16 @@ def print_assumed(assumed: dict[str, dict[str, Any]]) -> None:
         console.print(f"assumed {name}={a['value']} ({a['why']})", soft_wrap=True, highlight=False)
 
 
-def fp8_fields(job: JobSpec) -> dict[str, Any]:
-    """The JSON keys an fp8 job adds (none for bf16/fp16): its recipe (null: not stated) and the notes on it."""
-    if job.precision != "fp8":
-        return {}
-    note = fp8_pricing_note(job.fp8_recipe)
-    return {"fp8_recipe": job.fp8_recipe, "notes": [note] if note else []}
+def note_fields(job: JobSpec, notes: list[str]) -> dict[str, Any]:
+    """The JSON keys a job's `pricing_notes` (`notes`) add: its FP8 recipe (null: not stated) for an fp8 job, and the
+    notes wherever the job is fp8 or one applies."""
+    fp8 = {"fp8_recipe": job.fp8_recipe} if job.precision == "fp8" else {}
+    return fp8 | ({"notes": notes} if fp8 or notes else {})
 
 
-def print_fp8_note(job: JobSpec) -> None:
-    """The line saying the cost model prices the job's FP8 recipe as another (none for the priced one)."""
-    note = fp8_pricing_note(job.fp8_recipe)
-    if note:
+def print_notes(notes: list[str]) -> None:
+    """One line per pricing note."""
+    for note in notes:
         console.print(f"note: {note}", soft_wrap=True, highlight=False)
 
 

@@ -15,6 +15,7 @@ from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec,
 from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
 from optlayout.errors import InputError
 from optlayout.layout import SEARCHED_AXES
+from optlayout.specs import pricing_notes
 from optlayout.timings import PhaseClock, timings_json, timings_line
 
 if TYPE_CHECKING:  # the planning and topology packages load on use, keeping the light commands fast
@@ -427,7 +428,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
-    out |= common.fp8_fields(plan.job)
+    out |= common.note_fields(plan.job, plan.notes)
     if plan.replan is not None:
         out["replanned_from"] = {
             "gpus": plan.replan.from_gpus,
@@ -469,7 +470,7 @@ def print_plan(plan: Plan) -> None:
         con.print(f"[red]{plan.status}[/red]: {plan.diagnosis}", soft_wrap=True)
         return
     common.print_assumed(plan.assumed)
-    common.print_fp8_note(plan.job)
+    common.print_notes(plan.notes)
     con.print(
         f"{plan.model.name} on {plan.gpus} GPUs ({plan.topology_name}), seq {plan.job.seq_len}"
         + (f", {plan.job.numerics}" if plan.job.fp8_recipe else "")
@@ -609,12 +610,13 @@ def explain_command(
     shape, topo, params = common.inputs_arg(model, model_config, topology, cluster, job, calibration)
     assumed = common.assumed_arg(cluster) | common.moe_assumed(shape, moe_dispatcher, moe_ep_overlap, moe_routing)
     report = explain_layout(shape, topo, job, parse_layout(layout), params) | {"assumed": assumed}
-    report |= common.fp8_fields(job)
+    notes = pricing_notes(job, topo.gpu)
+    report |= common.note_fields(job, notes)
     if as_json:
         common.print_json(report)
         return
     common.print_assumed(report["assumed"])
-    common.print_fp8_note(job)
+    common.print_notes(notes)
     con = common.console
     rank = report["rank"]
     con.print(

@@ -136,6 +136,9 @@ class Plan(BaseModel):
     replan: Replan | None = None
     layouts: list[PlannedLayout] = Field(default_factory=list)
     diagnosis: str | None = None
+    notes: list[str] = Field(
+        default_factory=list, description="what the predictions do not price of what the job asks (`pricing_notes`)"
+    )
     allow_idle_gpus: bool = Field(False, description="layouts may leave GPUs idle (solve --allow-idle)")
     search_limits: dict[str, int] = Field(
         default_factory=dict, description="the bounds beyond the rules the space was searched under (micro_batch, "

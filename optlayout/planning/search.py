@@ -29,7 +29,7 @@ from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_s
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, describe_limits, search_limits, space_options
-from optlayout.specs import ClusterSpec, JobSpec
+from optlayout.specs import ClusterSpec, JobSpec, pricing_notes
 from optlayout.timings import PhaseClock
 from optlayout.topology import LoadedCluster, Topology, load_cluster
 
@@ -245,6 +245,7 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
         straggler_slowdown=slowdown,
         layouts=planned,
         diagnosis=diagnosis,
+        notes=pricing_notes(problem.job, topo.gpu),
         allow_idle_gpus=problem.options.allow_idle_gpus,
         search_limits=search_limits(problem.options),
     )

@@ -38,6 +38,7 @@ from optlayout.specs import (
     fp8_pricing_note,
     gather_needs_fp8,
     recipe_needs_fp8,
+    unpriced_sm_share_note,
 )
 
 LAYOUT_FIELDS = (
@@ -514,7 +515,8 @@ class RunRecord(BaseModel):
 
     def notes(self) -> list[str]:
         """What a prediction of this run does not model of what the record states, one line each."""
-        return [note for note in (fp8_pricing_note(self.job.fp8_recipe), self.recipe_mismatch()) if note]
+        sm = unpriced_sm_share_note(self.moe_dispatcher()[0], self.moe_ep_overlap()[0], gpu_preset(self.cluster.gpu))
+        return [note for note in (fp8_pricing_note(self.job.fp8_recipe), sm, self.recipe_mismatch()) if note]
 
     def release(self) -> str | None:
         """The release the record's id names (`mb-25.09`, `dgxc-v24.11.1`); None where it names none."""
