@@ -100,24 +100,25 @@ def assert_bounds_lead_in_order(model: ModelSpec, job: JobSpec, topo, options: S
     does."""
     table = CostTable(model, job, topo.gpu, topo)
     space = space_nodes(model, job, topo.num_gpus, topo.domain_size, options)
-    node_tps = [table.node_bound(space.groups(node[:1])[0], space.most_dp_pp(node)) for node in space.nodes]
+    pairs = zip(space.nodes, space.most_dp_pp, strict=True)
+    node_tps = [table.node_bound(space.groups(node[:1])[0], most) for node, most in pairs]
     families: dict[tuple, list[int]] = {}
     for i, node in enumerate(space.nodes):
         families.setdefault(space.key(node)[: len(FAMILY_AXES)], []).append(i)
     for family in families.values():
         bound = table.family_bound(space.groups(space.nodes[family[0]][:1])[0],
-                                   max(space.most_dp_pp(space.nodes[i]) for i in family))  # fmt: skip
+                                   max(space.most_dp_pp[i] for i in family))  # fmt: skip
         assert all(node_tps[i] <= bound for i in family)
     heap: list = [(-tps, i, node) for i, (tps, node) in enumerate(zip(node_tps, space.nodes, strict=True))]
     heapq.heapify(heap)
     count, eager = len(heap), []
     while heap:
-        priority, _, entry = heapq.heappop(heap)
+        priority, index, entry = heapq.heappop(heap)
         if isinstance(entry, list):
             for g in space.groups(entry):
                 count += 1
                 bound = min(table.throughput_bound(g), -priority)
-                assert bound <= table.pipeline_bound(g, -priority, space.most_dp_pp(entry))
+                assert bound <= table.pipeline_bound(g, -priority, space.most_dp_pp[index])
                 heapq.heappush(heap, (-bound, count, g))
         else:
             eager.append((-priority, entry.degrees))

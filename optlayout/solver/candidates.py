@@ -580,10 +580,10 @@ class CostTable:
         come in the order bounding every node and group first gives."""
         nodes: list[Any]
         members: Callable[[Any], list[LayoutGroup]]
-        most: Callable[[Any], int]
+        most: Callable[[int], int]  # the largest dp x pp of the groups of the node of that index
         if isinstance(groups, SpaceNodes):
             space = groups
-            nodes, members, most = space.nodes, space.groups, space.most_dp_pp
+            nodes, members, most = space.nodes, space.groups, space.most_dp_pp.__getitem__
             keys = [space.key(node) for node in nodes]
 
             def first(node: Any) -> LayoutGroup:
@@ -594,14 +594,14 @@ class CostTable:
                 by_key.setdefault(node_key(g), []).append(g)
             nodes, members, keys = list(by_key.values()), list, list(by_key)
 
-            def most(node: Any) -> int:
-                return max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in node)
+            def most(i: int) -> int:
+                return max(int(g.degrees["dp"] or 1) * int(g.degrees["pp"] or 1) for g in nodes[i])
 
             def first(node: Any) -> LayoutGroup:
                 return node[0]  # type: ignore[no-any-return]
 
         def node_entry(i: int) -> tuple[float, int, int, Any]:
-            return -self.node_bound(first(nodes[i]), most(nodes[i])), i, _NODE, nodes[i]
+            return -self.node_bound(first(nodes[i]), most(i)), i, _NODE, nodes[i]
 
         families: dict[NodeKey, list[int]] = {}
         for i, key in enumerate(keys):
@@ -612,7 +612,7 @@ class CostTable:
             if len(family) == 1:
                 heap.append(node_entry(family[0]))
             else:
-                bound = self.family_bound(first(nodes[family[0]]), max(most(nodes[i]) for i in family))
+                bound = self.family_bound(first(nodes[family[0]]), max(most(i) for i in family))
                 heap.append((-bound, family[0], _FAMILY, family))
         heapq.heapify(heap)
         count = len(nodes)
@@ -622,7 +622,7 @@ class CostTable:
                 for i in entry:
                     heapq.heappush(heap, node_entry(i))
             elif what == _NODE:
-                node_tps, node_most = -priority, most(entry)
+                node_tps, node_most = -priority, most(index)
                 for g in members(entry):
                     count += 1
                     bound = min(self.pipeline_bound(g, node_tps, node_most), node_tps)

@@ -305,6 +305,7 @@ class SpaceNodes:
     nodes: list[list[GroupSpec]]
     layout_count: int
     shared: SharedChoices | None
+    most_dp_pp: list[int]  # per node, the largest dp x pp of its groups
 
     def groups(self, node: list[GroupSpec]) -> list[LayoutGroup]:
         assert self.shared is not None  # a space with nodes has its shared choices
@@ -315,18 +316,13 @@ class SpaceNodes:
         """The node's `NODE_AXES`."""
         return _spec_node(node[0])  # type: ignore[no-any-return]
 
-    @staticmethod
-    def most_dp_pp(node: list[GroupSpec]) -> int:
-        """The largest dp x pp of the node's groups."""
-        return max(spec[_DP] * spec[_PP] for spec in node)
-
 
 def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions) -> SpaceNodes:
     """The groups of `enumerate_groups`, in nodes (see `SpaceNodes`)."""
     batch_targets(job)  # as `enumerate_groups`
     shared = _shared_choices(model, options)
     if shared is None:
-        return SpaceNodes([], 0, None)
+        return SpaceNodes([], 0, None, [])
     nodes: dict[NodeKey, list[GroupSpec]] = {}
     count = 0
     per_group = len(shared.recomputes)
@@ -337,7 +333,8 @@ def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, opt
             node = nodes[key] = []
         node.append(spec)
         count += len(spec[_SHARDINGS]) * len(spec[_SEQUENCE_PARALLEL]) * per_group
-    return SpaceNodes(list(nodes.values()), count, shared)
+    most = [max([spec[_DP] * spec[_PP] for spec in node]) for node in nodes.values()]
+    return SpaceNodes(list(nodes.values()), count, shared, most)
 
 
 def _shared_choices(model: ModelSpec, options: SpaceOptions) -> SharedChoices | None:
@@ -371,6 +368,8 @@ def _group_specs(
 ) -> Iterator[GroupSpec]:
     """Every legal group (`GroupSpec`), in `enumerate_groups`' order."""
     lo, hi = batch_targets(job)
+    accums: dict[tuple[int, int, int], list[int]] = {}  # `_grad_accums` by (sequences per step, pp, vp)
+    experts: dict[int, list[tuple[int, int]]] = {}  # `expert_choices` by the GPUs of a stage
     for tp in tp_choices(model, gpus, domain_size, options):
         values = ((True,) if model.moe is not None else (False, True)) if tp > 1 else (False,)  # MoE: SP with tp > 1
         sps = tuple(sp for sp in values if allowed(options, "sequence_parallel", sp))
@@ -389,7 +388,7 @@ def _group_specs(
                 if split is None:
                     continue
                 yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shared.shardings,
-                                   cp_sps, shared.recompute_layers)  # fmt: skip
+                                   cp_sps, shared.recompute_layers, accums, experts)  # fmt: skip
 
 
 def _groups(
@@ -406,7 +405,11 @@ def _groups(
     shardings: tuple[Sharding, ...],
     sps: tuple[bool, ...],
     pinned_layers: int | None,
+    accums: dict[tuple[int, int, int], list[int]],
+    experts_by_gpus: dict[int, list[tuple[int, int]]],
 ) -> Iterator[GroupSpec]:
+    """The legal groups of (tp, cp, pp) and its stage split, in `enumerate_groups`' order; `accums` and
+    `experts_by_gpus` keep the accumulations and expert degrees found so far (they repeat across the calls)."""
     first, last = split
     full_dp = gpus // (tp * cp * pp)
     dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
@@ -421,12 +424,17 @@ def _groups(
         group_shardings = shardings if dp * cp > 1 else tuple(s for s in shardings if s == Sharding.none)
         if not group_shardings:
             continue
-        experts = expert_choices(model, tp * cp * dp, domain_size, options)
+        experts = experts_by_gpus.get(tp * cp * dp)
+        if experts is None:
+            experts = experts_by_gpus[tp * cp * dp] = expert_choices(model, tp * cp * dp, domain_size, options)
         for mb in _micro_batches(options, dp, hi):
             for vp in vps:
                 if not allowed(options, "vp", vp):
                     continue
-                for ga in _grad_accums(mb * dp, lo, hi, pp, vp, options):
+                gas = accums.get((mb * dp, pp, vp))
+                if gas is None:
+                    gas = accums[mb * dp, pp, vp] = _grad_accums(mb * dp, lo, hi, pp, vp, options)
+                for ga in gas:
                     if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
                         continue
                     for ep, etp in experts:
