@@ -66,22 +66,6 @@ def fp8_pricing_note(recipe: str | None) -> str | None:
             "counts the recipe's saved FP8 inputs, see RESULTS")  # fmt: skip
 
 
-def unpriced_sm_share_note(dispatcher: str, ep_overlap: bool, gpu: GpuSpec) -> str | None:
-    """What a user must know of EP overlap with the flex dispatcher on a GPU of no known SM count: the SMs its
-    kernels hold while the exchange runs (`cost.moe.held_sm_share`) go unpriced there, which is optimistic."""
-    if dispatcher != "flex" or not ep_overlap or gpu.sm_count is not None:
-        return None
-    return (f"moe_ep_overlap with the flex dispatcher on {gpu.name}: its SM count is not known, so the SMs the "
-            "dispatcher's kernels hold under the overlap are not priced (the exposed exchange is max(0, exchange - "
-            "compute): optimistic); give sm_count in a GPU file (OPTLAYOUT_GPU_FILE)")  # fmt: skip
-
-
-def pricing_notes(job: JobSpec, gpu: GpuSpec) -> list[str]:
-    """What the predictions of `job` on `gpu` do not price of what was asked, one line each."""
-    notes = (fp8_pricing_note(job.fp8_recipe), unpriced_sm_share_note(job.moe_dispatcher, job.moe_ep_overlap, gpu))
-    return [note for note in notes if note]
-
-
 class _Spec(BaseModel):
     # strict: a count given as "4096", 4096.0 or true is refused, never converted; NaN and infinity are refused.
     # Every size is bounded (optlayout.inputs.limits) so the space, the graph and the cost model stay bounded.

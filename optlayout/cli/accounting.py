@@ -10,13 +10,12 @@ import typer
 from rich.table import Table
 
 from optlayout.cli import common
-from optlayout.cost import DEFAULT_PARAMS, Prediction, flops, usable_memory_bytes
+from optlayout.cost import DEFAULT_PARAMS, Prediction, flops, pricing_notes, usable_memory_bytes
 from optlayout.cost.memory import memory_estimate
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.limits import MAX_GPU_MEMORY_BYTES, MAX_GPUS
 from optlayout.layout import Layout, Sharding, check_layout, parse_layout
 from optlayout.presets import gpu_preset
-from optlayout.specs import pricing_notes
 
 MAX_PARAMS = 1e16  # parameters of a model given by count (--params): ten thousand times the largest published
 MAX_TOKENS_PER_S = 1e12  # tokens/s per GPU; an H100 reaches about 5e5 on a 125M-parameter model

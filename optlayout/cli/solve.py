@@ -13,9 +13,9 @@ from rich.table import Table
 from optlayout.cli import command_started_s, common, outputs
 from optlayout.conditions.goodput import FailureSpec, StorageSpec, failure_spec, storage_spec
 from optlayout.conditions.reliability import DEFAULT_D2H_BPS, DEFAULT_RESTART_S
+from optlayout.cost import pricing_notes
 from optlayout.errors import InputError
 from optlayout.layout import SEARCHED_AXES
-from optlayout.specs import pricing_notes
 from optlayout.timings import PhaseClock, timings_json, timings_line
 
 if TYPE_CHECKING:  # the planning and topology packages load on use, keeping the light commands fast

@@ -10,11 +10,12 @@ from pydantic import BaseModel
 from optlayout.cost.comm import GroupLinks, LinkSource, group_links
 from optlayout.cost.flops import hardware_flops_per_token, mfu, model_flops_per_token
 from optlayout.cost.memory import MemoryBreakdown, memory_per_gpu, usable_memory_bytes
+from optlayout.cost.moe import unpriced_sm_share_note
 from optlayout.cost.params import DEFAULT_PARAMS, CostParams
 from optlayout.cost.step import TimeBreakdown, step_time
 from optlayout.frozen import fast_init
 from optlayout.layout.stages import recomputed_share
-from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec
+from optlayout.specs import GpuSpec, JobSpec, Layout, ModelSpec, fp8_pricing_note
 
 __all__ = [
     "DEFAULT_PARAMS",
@@ -26,6 +27,7 @@ __all__ = [
     "TimeBreakdown",
     "evaluate",
     "group_links",
+    "pricing_notes",
     "usable_memory_bytes",
 ]
 
@@ -126,3 +128,9 @@ def evaluate(
         times = step_time(model, job, layout, gpu, links, params, most, memo, experts)
     tps = layout.global_batch * job.seq_len / times.step_time_s / layout.gpus
     return Evaluation(layout, mem, times, tps, usable_memory_bytes(gpu.memory_bytes, job))
+
+
+def pricing_notes(job: JobSpec, gpu: GpuSpec) -> list[str]:
+    """What the predictions of `job` on `gpu` do not price of what was asked, one line each."""
+    notes = (fp8_pricing_note(job.fp8_recipe), unpriced_sm_share_note(job.moe_dispatcher, job.moe_ep_overlap, gpu))
+    return [note for note in notes if note]

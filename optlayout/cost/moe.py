@@ -215,6 +215,16 @@ def held_sm_share(job: JobSpec, gpu: GpuSpec, params: CostParams) -> float:
     return min(1.0, params.flex_dispatch_sms / gpu.sm_count)
 
 
+def unpriced_sm_share_note(dispatcher: str, ep_overlap: bool, gpu: GpuSpec) -> str | None:
+    """What a user must know of EP overlap with the flex dispatcher on a GPU of no known SM count: the SMs its
+    kernels hold while the exchange runs (`held_sm_share`) go unpriced there, which is optimistic."""
+    if dispatcher != "flex" or not ep_overlap or gpu.sm_count is not None:
+        return None
+    return (f"moe_ep_overlap with the flex dispatcher on {gpu.name}: its SM count is not known, so the SMs the "
+            "dispatcher's kernels hold under the overlap are not priced (the exposed exchange is max(0, exchange - "
+            "compute): optimistic); give sm_count in a GPU file (OPTLAYOUT_GPU_FILE)")  # fmt: skip
+
+
 def exposed_comm_s(comm_s: float, compute_s: float, overlapped: bool, held_share: float = 0.0) -> float:
     """The token exchange left exposed: all of it, or with EP overlap what another micro-batch's compute of the
     same layer cannot hide (the 1F1B all-to-all overlap pairs one micro-batch's forward with another's backward).

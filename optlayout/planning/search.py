@@ -18,7 +18,7 @@ from optlayout.conditions.goodput import (
     storage_spec,
 )
 from optlayout.conditions.stragglers import check_straggler, with_straggler
-from optlayout.cost import DEFAULT_PARAMS, CostParams
+from optlayout.cost import DEFAULT_PARAMS, CostParams, pricing_notes
 from optlayout.errors import InfeasibleError, InputError
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.limits import MAX_TOP
@@ -29,7 +29,7 @@ from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_s
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, describe_limits, search_limits, space_options
-from optlayout.specs import ClusterSpec, JobSpec, pricing_notes
+from optlayout.specs import ClusterSpec, JobSpec
 from optlayout.timings import PhaseClock
 from optlayout.topology import LoadedCluster, Topology, load_cluster
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from optlayout.cost.moe import unpriced_sm_share_note
 from optlayout.errors import InputError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.json_doc import parse_json
@@ -38,7 +39,6 @@ from optlayout.specs import (
     fp8_pricing_note,
     gather_needs_fp8,
     recipe_needs_fp8,
-    unpriced_sm_share_note,
 )
 
 LAYOUT_FIELDS = (

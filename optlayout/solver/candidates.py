@@ -331,14 +331,14 @@ class CostTable:
         cheapest = group.cheapest_variant()
         return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
 
-    def group_floors(self, group: LayoutGroup) -> Iterator[float]:
-        """The first-stage memory floor (`memory_floor_bytes`) of each (recomputation, sequence parallelism) variant
-        of the group at its most sharded sharding, the least-memory variants (full recomputation, sequence parallel)
-        first: their least is at most the floor of every layout of the group (each sharding divides more of the
+    def group_floors(self, group: LayoutGroup) -> Iterator[tuple[tuple[Recompute, bool], float]]:
+        """Each (recomputation, sequence parallelism) variant of the group and its first-stage memory floor
+        (`memory_floor_bytes`) at its most sharded sharding, the least-memory variants (full recomputation, sequence
+        parallel) first: a variant's is at most the floor of each of its layouts (each sharding divides more of the
         floor's training state, and its activations are the same)."""
         most = _most_sharded(group)
         for r, sp in reversed(list(group.variants())):
-            yield memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo)
+            yield (r, sp), memory_floor_bytes(self.model, self.job, group.layout(most, r, sp), self.params, self._memo)
 
     def overflowing_variants(self, group: LayoutGroup, cap_mib: int) -> set[tuple[Recompute, bool]]:
         """The (recomputation, sequence parallelism) variants of the group every layout of which overflows `cap_mib`
@@ -350,8 +350,7 @@ class CostTable:
         state = first_stage_state_bytes(self.model, self.job, group.layout(most, *variants[0]), self._memo)
         if memory_mib(state + self.params.runtime_reserve_bytes) > cap_mib:
             return set(variants)
-        return {(r, sp) for r, sp in variants if memory_mib(memory_floor_bytes(
-            self.model, self.job, group.layout(most, r, sp), self.params, self._memo)) > cap_mib}  # fmt: skip
+        return {variant for variant, floor in self.group_floors(group) if memory_mib(floor) > cap_mib}
 
     def least_memory(self, groups: Iterable[LayoutGroup]) -> Layout | None:
         """The first layout of the groups' layouts (in their order) of the least memory per GPU, as
@@ -359,7 +358,7 @@ class CostTable:
         over the least found (nor of any layout of a group whose `group_floors` all are); None for no groups."""
         best, best_bytes = None, math.inf
         for group in groups:
-            if all(floor > best_bytes for floor in self.group_floors(group)):
+            if all(floor > best_bytes for _, floor in self.group_floors(group)):
                 continue
             for lay in group.layouts():
                 if memory_floor_bytes(self.model, self.job, lay, self.params, self._memo) > best_bytes:
