@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from optlayout.conditions.goodput import GoodputModel, failure_spec, storage_spec
 from optlayout.cost import CostParams, usable_memory_bytes
-from optlayout.cost.memory import memory_floor_bytes
+from optlayout.cost.memory import memory_floor_bytes, most_stage_params
+from optlayout.cost.step import dp_comm_floor_s
 from optlayout.errors import OptlayoutError
 from optlayout.layout import layout_problems
 from optlayout.planning import solve
+from optlayout.presets import model_preset
 from optlayout.runs.uncertainty import LayoutUncertainty, Quantiles, Support, Uncertainty
 from optlayout.solver.candidates import CostTable, capacity_mib, memory_mib, variant_bound
 from optlayout.solver.cpsat import Limits, passes_limits
@@ -95,10 +97,11 @@ def assert_nodes_walk_as_groups(model: ModelSpec, job: JobSpec, topo, options: S
 
 def assert_bounds_lead_in_order(model: ModelSpec, job: JobSpec, topo, options: SpaceOptions) -> None:
     """What `CostTable.best_first`'s lazy bounds rely on: each `family_bound` is at least the `node_bound` of every
-    node of its family, and each group's `pipeline_bound` at least its own bound (`throughput_bound`, at most its
-    node's); and the walk yields the groups, with their bounds, in the order bounding every node and group first
-    does."""
+    node of its family, and each group's `pipeline_bound` at least its own bound (`throughput_bound` over the
+    shardings whose state fits the GPU, at most its node's); and the walk yields the groups, with their bounds, in
+    the order bounding every node and group first does."""
     table = CostTable(model, job, topo.gpu, topo)
+    capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
     space = space_nodes(model, job, topo.num_gpus, topo.domain_size, options)
     pairs = zip(space.nodes, space.most_dp_pp, strict=True)
     node_tps = [table.node_bound(space.groups(node[:1])[0], most) for node, most in pairs]
@@ -117,12 +120,12 @@ def assert_bounds_lead_in_order(model: ModelSpec, job: JobSpec, topo, options: S
         if isinstance(entry, list):
             for g in space.groups(entry):
                 count += 1
-                bound = min(table.throughput_bound(g), -priority)
+                bound = min(table.throughput_bound(g, capacity), -priority)
                 assert bound <= table.pipeline_bound(g, -priority, space.most_dp_pp[index])
                 heapq.heappush(heap, (-bound, count, g))
         else:
             eager.append((-priority, entry.degrees))
-    lazy = CostTable(model, job, topo.gpu, topo).best_first(space)
+    lazy = CostTable(model, job, topo.gpu, topo).best_first(space, capacity)
     assert [(bound, g.degrees) for bound, g in lazy] == eager
 
 
@@ -182,16 +185,24 @@ def test_the_bounds_of_branch_and_bound_hold(problem, objective, dp_overlap, ove
     options = SpaceOptions(max_micro_batch=4, max_vp=4, max_cp=8)
     capacity = usable_memory_bytes(topo.gpu.memory_bytes, job)
     for group in enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options):
-        bound = table.throughput_bound(group)
+        bound, fitting_bound = table.throughput_bound(group), table.throughput_bound(group, capacity)
         factor = table.group_factor(group)
-        assert factor <= table.bound_factor
+        assert factor <= table.bound_factor and fitting_bound <= bound
+        most = most_stage_params(model, group.cheapest_variant(), {})
         for recompute, sp in group.variants():
             variant = [table.candidate(group.layout(s, recompute, sp)) for s in group.shardings]
             for probe in variant:
                 assert table.times(probe.layout) == probe.evaluation.times  # the bound's step time is evaluate's
                 probe_bound = variant_bound(probe.layout, probe.evaluation.times, job.seq_len) * factor
                 assert all(c.cluster_tokens_per_s <= probe_bound * (1 + 1e-12) for c in variant)
+                # the group bound's data-parallel floor, at the heaviest compute of the probe's sharding
+                heaviest = group.heaviest_variant(probe.layout.sharding)
+                dp_floor_s = dp_comm_floor_s(model, job, heaviest, topo.gpu, table.links(heaviest), params,
+                                             most.total, None, most.experts)  # fmt: skip
+                assert dp_floor_s <= probe.evaluation.times.dp_comm_s * (1 + 1e-12)
             assert all(c.cluster_tokens_per_s <= bound * factor * (1 + 1e-12) for c in variant)
+            assert all(c.cluster_tokens_per_s <= fitting_bound * factor * (1 + 1e-12)
+                       for c in variant if table.state_fits(c.layout, capacity))  # fmt: skip
             if recompute != Recompute.none:  # the twin rule's skip: the bounds of a recomputing layout as searched
                 floor = table.recomputing_floor_tps(group.layout(group.shardings[0], recompute, sp))
                 for s in group.shardings:
@@ -199,6 +210,29 @@ def test_the_bounds_of_branch_and_bound_hold(problem, objective, dp_overlap, ove
                     searched = table.candidate(table.fewest_recomputed(lay, capacity)).cluster_tokens_per_s
                     own = table.factor(lay)
                     assert searched <= min(floor, table.recomputing_tps(lay)) * own * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "qwen3-30b-a3b"])
+def test_the_data_parallel_floor_holds_where_it_binds(preset: str) -> None:
+    """What `throughput_bound`'s data-parallel term relies on, where it is partly hidden (100 Gb/s per GPU across
+    two servers): `dp_comm_floor_s` at a group's `heaviest_variant` is at most the exposed data-parallel time of each
+    of the group's layouts of that sharding, and lies strictly between 0 and it for some (taking the floor at the
+    variant without recomputation, or with sequence parallelism, breaks the first)."""
+    model, job = model_preset(preset), JobSpec(seq_len=4096, global_batch=64)
+    topo = topology_from_cluster(ClusterSpec(gpu="h100-sxm", gpus=16, inter_node_gbps_per_gpu=100))
+    table = CostTable(model, job, topo.gpu, topo)
+    options = SpaceOptions(max_micro_batch=2, max_vp=2, max_cp=2)
+    inside = 0
+    for group in enumerate_groups(model, job, topo.num_gpus, topo.domain_size, options):
+        most = most_stage_params(model, group.cheapest_variant(), {})
+        for lay in group.layouts():
+            heaviest = group.heaviest_variant(lay.sharding)
+            floor_s = dp_comm_floor_s(model, job, heaviest, topo.gpu, table.links(heaviest), table.params,
+                                      most.total, None, most.experts)  # fmt: skip
+            exposed_s = table.times(lay).dp_comm_s
+            assert floor_s <= exposed_s * (1 + 1e-12), lay
+            inside += 0 < floor_s < exposed_s
+    assert inside > 0
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -243,7 +277,6 @@ def test_oracle_and_solver_agree_on_a_larger_space() -> None:
     job = JobSpec(seq_len=8192, global_batch=128)
     model_name = "llama3.1-8b"
     plan = solve(model_name, topo, job, top=3)
-    from optlayout.presets import model_preset
 
     model = model_preset(model_name)
     table = CostTable(model, job, topo.gpu, topo)

@@ -483,44 +483,10 @@ def step_time(
 
     # Data parallel, in Megatron's buckets (one collective each; FSDP: one per layer): the dense parameters over
     # dp x cp, the routed experts over expert-DP, both under the same compute.
-    dense_param_count = param_count_on_gpu - expert_param_count_on_gpu
-    overlap = params.dp_comm_overlap
-    fsdp = layout.sharding == Sharding.fsdp
-    n = slowest_layers
-    # the collectives' own times: the parameter counts, the rank grids' links and the sharding decide them
-    tkey = ("dp_traffic", layout.sharding, param_count_on_gpu, expert_param_count_on_gpu, n if fsdp else 0,
-            layout.tp, p, layout.cp, layout.dp, layout.ep, layout.etp, v > 1)  # fmt: skip
-    traffic: tuple[float, float] | None = memo.get(tkey) if memo is not None else None
-    if traffic is None:
-        traffic = _dp_traffic(job, layout, links, params, dense_param_count, expert_param_count_on_gpu, n)
-        if memo is not None:
-            memo[tkey] = traffic
-    if fsdp:
-        # Per layer, per micro-batch: the next layer's weights are gathered under this layer's compute, forward
-        # and backward, and its gradients reduce-scattered under the backward; what a layer's compute cannot
-        # cover is exposed, and so are the first gather of each pass and the last reduce-scatter.
-        ag, rs = traffic
-        fwd_layer, bwd_layer = slowest.compute_fwd_s / n, slowest.compute_bwd_s / n
-        per_mb = 2 * ag + rs + (n - 1) * (max(0.0, ag - overlap * fwd_layer) + max(0.0, ag + rs - overlap * bwd_layer))
-        dp_comm = m * per_mb
-    elif layout.sharding == Sharding.zero2:
-        per_mb, gather = traffic
-        dp_comm = m * max(0.0, per_mb - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, gather - overlap * slowest.compute_fwd_s)
-    elif layout.sharding == Sharding.zero1:
-        reduce, gather = traffic
-        dp_comm = max(0.0, reduce - overlap * slowest.compute_bwd_s)
-        dp_comm += max(0.0, gather - overlap * slowest.compute_fwd_s)
-    else:
-        dp_comm = max(0.0, traffic[0] - overlap * slowest.compute_bwd_s)
-
-    sharded = layout.sharding != Sharding.none
-    local_param_count = dense_param_count / (links.dp_cp.size if sharded else 1)
-    local_param_count += expert_param_count_on_gpu / (links.edp.size if sharded else 1)
-    optimizer = (
-        local_param_count * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
-        + 20 * params.kernel_overhead_s
-    )
+    traffic = _memo_dp_traffic(job, layout, links, params, param_count_on_gpu, expert_param_count_on_gpu,
+                               slowest_layers, memo)  # fmt: skip
+    dp_comm = _dp_exposed_s(layout, params, traffic, slowest.compute_fwd_s, slowest.compute_bwd_s, slowest_layers)
+    optimizer = optimizer_s(layout, gpu, links, params, param_count_on_gpu, expert_param_count_on_gpu)
     compute = m * (slowest.compute_fwd_s + slowest.compute_bwd_s)
     return TimeBreakdown(
         compute_s=compute,
@@ -533,6 +499,114 @@ def step_time(
         optimizer_s=optimizer,
         overhead_s=params.step_overhead_s,
     )
+
+
+def _memo_dp_traffic(
+    job: JobSpec,
+    layout: Layout,
+    links: comm.GroupLinks,
+    params: CostParams,
+    param_count_on_gpu: float,
+    expert_param_count_on_gpu: float,
+    layers: int,
+    memo: dict[tuple[object, ...], Any] | None,
+) -> tuple[float, float]:
+    """`_dp_traffic` through the memo: the parameter counts, the rank grids' links and the sharding decide it (and
+    FSDP's per-layer collectives the stage's `layers`)."""
+    fsdp = layout.sharding == Sharding.fsdp
+    key = ("dp_traffic", layout.sharding, param_count_on_gpu, expert_param_count_on_gpu, layers if fsdp else 0,
+           layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp, layout.vp > 1)  # fmt: skip
+    traffic: tuple[float, float] | None = memo.get(key) if memo is not None else None
+    if traffic is None:
+        dense = param_count_on_gpu - expert_param_count_on_gpu
+        traffic = _dp_traffic(job, layout, links, params, dense, expert_param_count_on_gpu, layers)
+        if memo is not None:
+            memo[key] = traffic
+    return traffic
+
+
+def _dp_exposed_s(
+    layout: Layout, params: CostParams, traffic: tuple[float, float], fwd_s: float, bwd_s: float, layers: int
+) -> float:
+    """The exposed data-parallel time of one step: its collectives (`_dp_traffic`) less what the slowest stage's
+    compute per micro-batch (`fwd_s`, `bwd_s`, over its `layers`) hides of them. It never rises as that compute
+    grows (each term is max(0, collective - overlap x compute))."""
+    overlap, m = params.dp_comm_overlap, layout.grad_accum
+    if layout.sharding == Sharding.fsdp:
+        # Per layer, per micro-batch: the next layer's weights are gathered under this layer's compute, forward
+        # and backward, and its gradients reduce-scattered under the backward; what a layer's compute cannot
+        # cover is exposed, and so are the first gather of each pass and the last reduce-scatter.
+        ag, rs = traffic
+        fwd_layer, bwd_layer = fwd_s / layers, bwd_s / layers
+        per_mb = 2 * ag + rs + (layers - 1) * (max(0.0, ag - overlap * fwd_layer)
+                                               + max(0.0, ag + rs - overlap * bwd_layer))  # fmt: skip
+        return m * per_mb
+    if layout.sharding == Sharding.zero2:  # the gradients reduce-scattered every micro-batch
+        per_mb, gather = traffic
+        return m * max(0.0, per_mb - overlap * bwd_s) + max(0.0, gather - overlap * fwd_s)
+    if layout.sharding == Sharding.zero1:
+        reduce, gather = traffic
+        return max(0.0, reduce - overlap * bwd_s) + max(0.0, gather - overlap * fwd_s)
+    return max(0.0, traffic[0] - overlap * bwd_s)
+
+
+def optimizer_s(
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    param_count_on_gpu: float,
+    expert_param_count_on_gpu: float = 0.0,
+) -> float:
+    """The optimizer step on one GPU of the fullest stage: its share of the parameters (sharded over dp x cp, the
+    routed experts over expert-DP, with any sharding) through HBM, and its kernels' launches. Recomputation and
+    sequence parallelism change none of it."""
+    dense_param_count = param_count_on_gpu - expert_param_count_on_gpu
+    sharded = layout.sharding != Sharding.none
+    local_param_count = dense_param_count / (links.dp_cp.size if sharded else 1)
+    local_param_count += expert_param_count_on_gpu / (links.edp.size if sharded else 1)
+    return (
+        local_param_count * params.optimizer_bytes_moved_per_param / (gpu.hbm_bandwidth_Bps * params.hbm_efficiency)
+        + 20 * params.kernel_overhead_s
+    )
+
+
+def dp_comm_floor_s(
+    model: ModelSpec,
+    job: JobSpec,
+    heaviest: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    param_count_on_gpu: float,
+    memo: dict[tuple[object, ...], Any] | None = None,
+    expert_param_count_on_gpu: float = 0.0,
+) -> float:
+    """At most the exposed data-parallel time (`step_time`'s `dp_comm_s`) of every layout of `heaviest`'s degrees,
+    split and sharding whose every stage runs no more forward and no more backward compute per micro-batch than the
+    same stage of `heaviest`: that time never rises with the slowest stage's compute (`_dp_exposed_s`), so it is at
+    least its value at the largest forward and the largest backward of any of `heaviest`'s stages, at the layer
+    count of one of them (the least over those). The parameter counts are `step_time`'s."""
+    key = ("dp_floor_compute", heaviest.tp, heaviest.cp, heaviest.micro_batch, heaviest.sequence_parallel,
+           heaviest.ep, heaviest.etp, heaviest.recompute, heaviest.recompute_modules, heaviest.recompute_layers,
+           heaviest.pp, heaviest.vp, heaviest.first_stage_layers, heaviest.last_stage_layers)  # fmt: skip
+    found: tuple[float, float, tuple[int, ...]] | None = memo.get(key) if memo is not None else None
+    if found is None:
+        overlapped, shapes = overlap_allowed(job, heaviest), _stage_shapes(model, heaviest, memo)
+        stages = [_stage(model, job, heaviest, gpu, links, params, memo, mix, last, overlapped, r)
+                  for mix, last, r, _ in shapes]  # fmt: skip
+        found = (max(st.compute_fwd_s for st in stages), max(st.compute_bwd_s for st in stages),
+                 tuple(sorted({n for *_, n in shapes})))  # fmt: skip
+        if memo is not None:
+            memo[key] = found
+    fwd_s, bwd_s, layer_counts = found
+    if heaviest.sharding != Sharding.fsdp:
+        layer_counts = layer_counts[:1]  # the collectives and their exposure do not depend on it
+    return min(
+        _dp_exposed_s(heaviest, params, _memo_dp_traffic(job, heaviest, links, params, param_count_on_gpu,
+                                                         expert_param_count_on_gpu, n, memo), fwd_s, bwd_s, n)
+        for n in layer_counts
+    )  # fmt: skip
 
 
 def _dp_traffic(

@@ -85,7 +85,8 @@ class RankSpace:
         self.table, self.capacity, self.limits = problem.table, problem.capacity_bytes, problem.limits
         groups = list(problem.groups())
         self.legal_layouts = sum(map(len, groups))
-        self.ordered = sorted(((self.table.throughput_bound(g), g) for g in groups), key=lambda bg: -bg[0])
+        bounds = ((self.table.throughput_bound(g, self.capacity), g) for g in groups)
+        self.ordered = sorted(bounds, key=lambda bg: -bg[0])
         self._feasible: dict[Layout, Candidate | None] = {}
 
     def ranked_tokens_per_s(self, prediction: RunPrediction) -> float:

@@ -148,7 +148,7 @@ class GroupRanking:
                 feasible.update((degrees, sharding, sp) for sharding, sp in classes)
                 fitting_groups.append(group)
         # best bound first, a node's groups bounded only once the node leads (`CostTable.best_first`)
-        first_bound, ordered = peek(table.best_first(fitting_groups))
+        first_bound, ordered = peek(table.best_first(fitting_groups, cap_bytes))
         margin = 2.0 * first_bound / THROUGHPUT_RESOLUTION  # the first bound is at least the best
         best = -math.inf
         evaluated: list[tuple[int, Candidate]] = []

@@ -42,7 +42,14 @@ from optlayout.cost.memory import (
     stage_params_per_stage,
     stage_state_bytes,
 )
-from optlayout.cost.step import step_floor_s, step_time, whole_model_floor_s, whole_model_s
+from optlayout.cost.step import (
+    dp_comm_floor_s,
+    optimizer_s,
+    step_floor_s,
+    step_time,
+    whole_model_floor_s,
+    whole_model_s,
+)
 from optlayout.frozen import fast_init
 from optlayout.inputs.limits import MAX_CPSAT_COEFFICIENT, MIB
 from optlayout.layout.model import AXES, EXPERT_GRID_AXES, GRID_AXES, LAYOUT_DEFAULTS, Layout, Recompute, Sharding
@@ -318,18 +325,39 @@ class CostTable:
     def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
         """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
         recomputation and schedule of the same degrees and sharding (activations only add)."""
-        per_stage = stage_params_per_stage(self.model, layout, self._memo)
-        state = max(sum(stage_state_bytes(p, self.job, layout)) for p in per_stage)
+        key = ("state_bytes", *state_key(layout), layout.vp)  # what the stages' parameters depend on, too
+        state = self._memo.get(key)
+        if not isinstance(state, float):
+            per_stage = stage_params_per_stage(self.model, layout, self._memo)
+            state = self._memo[key] = float(max(sum(stage_state_bytes(p, self.job, layout)) for p in per_stage))
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
-    def throughput_bound(self, group: LayoutGroup) -> float:
-        """An upper bound on the cluster tokens/s of every layout of the group: the `variant_bound` of its
-        cheapest variant, each term of which recomputation and the lack of sequence parallelism only raise (an
-        exposed all-to-all that EP overlap hides under a longer recomputed compute still leaves compute + exposed
-        no shorter; sharding changes none, but the optimizer step, which it only lowers); goodput only lowers the
-        throughput."""
+    def throughput_bound(self, group: LayoutGroup, capacity_bytes: float | None = None) -> float:
+        """An upper bound on the cluster tokens/s of every layout of the group (with `capacity_bytes`, of every
+        layout whose training state fits it: `state_fits`): the best over its shardings (those whose state fits) of
+        the throughput at the cheapest variant's compute, exposed TP/CP/EP time, bubble, pipeline send/receive and
+        overhead, each of which recomputation and the lack of sequence parallelism only raise (an exposed
+        all-to-all that EP overlap hides under a longer recomputed compute still leaves compute + exposed no
+        shorter; sharding changes none of them), plus the sharding's own optimizer step and its exposed
+        data-parallel time at the most compute any variant runs (`dp_comm_floor_s` at `heaviest_variant`); goodput
+        only lowers the throughput. 0 when no sharding's state fits."""
         cheapest = group.cheapest_variant()
-        return variant_bound(cheapest, self.times(cheapest), self.job.seq_len)
+        t = self.times(cheapest)
+        shared_s = t.compute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.bubble_s + t.pp_comm_s + t.overhead_s
+        started = time.perf_counter()
+        most = most_stage_params(self.model, cheapest, self._memo)
+        least_s = math.inf
+        for sharding in group.shardings:
+            heaviest = group.heaviest_variant(sharding)
+            if capacity_bytes is not None and not self.state_fits(heaviest, capacity_bytes):
+                continue
+            links = self.links(heaviest)
+            dp_s = dp_comm_floor_s(self.model, self.job, heaviest, self.gpu, links, self.params, most.total,
+                                   self._memo, most.experts)  # fmt: skip
+            least_s = min(least_s, dp_s + optimizer_s(heaviest, self.gpu, links, self.params, most.total,
+                                                      most.experts))  # fmt: skip
+        self.cost_s += time.perf_counter() - started
+        return cluster_tokens_per_s(cheapest, self.job.seq_len, shared_s + least_s) if least_s < math.inf else 0.0
 
     def group_floors(self, group: LayoutGroup) -> Iterator[tuple[tuple[Recompute, bool], float]]:
         """Each (recomputation, sequence parallelism) variant of the group and its first-stage memory floor
@@ -414,17 +442,17 @@ class CostTable:
             if k is None:
                 raise ValueError("a space in nodes is walked best bound first: give k")
             seen = groups.layout_count
-            ordered = self.best_first(groups)
+            ordered = self.best_first(groups, limits.memory_capacity_bytes)
         else:
             in_order = list(groups)
             seen = sum(len(g) for g in in_order)
-            ordered = self.best_first(in_order) if k is not None else ((math.inf, g) for g in in_order)
+            walk = self.best_first(in_order, limits.memory_capacity_bytes) if k is not None else None
+            ordered = walk if walk is not None else ((math.inf, g) for g in in_order)
         enumerating_s = time.perf_counter() - started
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
         first_bound, ordered = peek(ordered)
         margin = 2.0 * (first_bound if k is not None else 0.0) / THROUGHPUT_RESOLUTION
         kth = _KthBest(k)
-        state_ok: dict[tuple[object, ...], bool] = {}
         overflow_mb: dict[tuple[object, ...], int] = {}
         out: list[Candidate] = []
         capacity_bytes = limits.memory_capacity_bytes
@@ -468,11 +496,7 @@ class CostTable:
                     if self.outranked_by_twin(lay, twin_tps, floor_tps):
                         continue  # the twin rule: a feasible twin with less recomputation already ranks ahead of it
                     if ok is None:
-                        skey = state_key(lay)
-                        ok = state_ok.get(skey)
-                        if ok is None:
-                            ok = state_ok[skey] = self.state_fits(lay, capacity_bytes)
-                        state_by_sharding[sharding] = ok
+                        ok = state_by_sharding[sharding] = self.state_fits(lay, capacity_bytes)
                         if not ok:
                             continue
                     # the accumulation is in the key: with batch bounds a smaller one can hold fewer chunks in flight
@@ -569,14 +593,16 @@ class CostTable:
         m, p, v, dp = int(d["grad_accum"] or 1), int(d["pp"] or 1), int(d["vp"] or 1), int(d["dp"] or 1)
         return node_tps * dp * p / most_dp_pp * m / (m + (p - 1) / v) * (1 + 1e-9)
 
-    def best_first(self, groups: Iterable[LayoutGroup] | SpaceNodes) -> Iterator[tuple[float, LayoutGroup]]:
+    def best_first(
+        self, groups: Iterable[LayoutGroup] | SpaceNodes, capacity_bytes: float | None = None
+    ) -> Iterator[tuple[float, LayoutGroup]]:
         """Groups in decreasing `throughput_bound`, each bound computed only once it can lead: the nodes sharing
         tp, cp and micro-batch (`FAMILY_AXES`; of an MoE model, nodes of several expert degrees) are bounded together
         first (`family_bound`), a node (`node_bound`) only once its family's bound leads, a node's groups by
         `pipeline_bound` only once the node's does (for a space in nodes, built only then), and a group by its own
         bound only once that leads. Each bound is at least what it stands for (a group's: the least of its own and
         its node's), and an entry keeps the index of what it stands for (a family its first node's), so the groups
-        come in the order bounding every node and group first gives."""
+        come in the order bounding every node and group first gives. `capacity_bytes`: see `throughput_bound`."""
         nodes: list[Any]
         members: Callable[[Any], list[LayoutGroup]]
         most: Callable[[int], int]  # the largest dp x pp of the groups of the node of that index
@@ -628,7 +654,7 @@ class CostTable:
                     heapq.heappush(heap, (-bound, count, _PIPELINE, (g, node_tps)))
             elif what == _PIPELINE:
                 g, node_tps = entry
-                heapq.heappush(heap, (-min(self.throughput_bound(g), node_tps), index, _GROUP, g))
+                heapq.heappush(heap, (-min(self.throughput_bound(g, capacity_bytes), node_tps), index, _GROUP, g))
             else:
                 yield -priority, entry
 

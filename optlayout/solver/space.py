@@ -241,6 +241,16 @@ class LayoutGroup:
         sharded = dp is not None and cp is not None and dp * cp > 1
         return self.layout(Sharding.fsdp if sharded else Sharding.none, Recompute.none, tp is not None and tp > 1)
 
+    def heaviest_variant(self, sharding: Sharding) -> Layout:
+        """At `sharding`: full recomputation of every layer, without sequence parallelism unless the group has no
+        layout without it. Each of its stages runs at least the forward and the backward compute of the same stage
+        of each of the group's layouts of that sharding (a recomputation re-runs at most each layer's forward, and
+        sequence parallelism only divides elementwise work). It may lie outside the group's pins."""
+        values = {**LAYOUT_DEFAULTS, **self.degrees, "sharding": sharding, "recompute": Recompute.full,
+                  "recompute_layers": None, "recompute_modules": None,
+                  "sequence_parallel": min(self.sequence_parallel)}  # fmt: skip
+        return Layout.unchecked_fields(values, {*self.degrees, *_VARIANT_FIELDS})
+
 
 def enumerate_layouts(
     model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, options: SpaceOptions
