@@ -452,34 +452,7 @@ def step_time(
     """
     slowest, slowest_layers = _slowest_stage(model, job, layout, gpu, links, params, memo)
     m, p, v = layout.grad_accum, layout.pp, layout.vp
-    eff = params.collective_efficiency
-
-    # Pipeline: one activation (sequence-sharded with SP) forward and one gradient backward per chunk boundary.
-    # Warm-up and cool-down: the first forward and the last backward cross each of the p-1 boundaries once, on
-    # its own link, exposed. Steady state, paced by the slowest boundary: interleaved (v > 1), Megatron sends and
-    # receives asynchronously under the next chunk's compute (overlap_p2p_comm, on by default), so a message costs
-    # only what a chunk's forward or backward cannot cover; 1F1B (v = 1) exchanges block (Megatron turns the
-    # overlap off for it): a forward and a backward exchange per micro-batch on the critical path.
-    pp_comm = 0.0
-    if p > 1:
-        # the links are the topology's for the layout's rank grids, the message the micro-batch's
-        fkey = ("pp_fill", layout.tp, p, layout.cp, layout.dp, layout.ep, layout.etp, v > 1, layout.micro_batch,
-                layout.sequence_parallel)  # fmt: skip
-        sends: tuple[float, float] | None = memo.get(fkey) if memo is not None else None
-        if sends is None:
-            tokens = job.seq_len * layout.micro_batch / layout.cp
-            msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
-            fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
-            sends = fill, comm.p2p_s(msg, links.pp, eff)
-            if memo is not None:
-                memo[fkey] = sends
-        fill, send = sends
-        if v > 1:
-            f_chunk, b_chunk = slowest.compute_fwd_s / v, slowest.compute_bwd_s / v
-            steady = m * v * (max(0.0, send - f_chunk) + max(0.0, send - b_chunk))
-        else:
-            steady = m * 2 * send
-        pp_comm = steady + fill
+    pp_comm = _pipeline_comm_s(model, job, layout, links, params, slowest, memo)
 
     # Data parallel, in Megatron's buckets (one collective each; FSDP: one per layer): the dense parameters over
     # dp x cp, the routed experts over expert-DP, both under the same compute.
@@ -499,6 +472,65 @@ def step_time(
         optimizer_s=optimizer,
         overhead_s=params.step_overhead_s,
     )
+
+
+def _pipeline_comm_s(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    links: comm.GroupLinks,
+    params: CostParams,
+    slowest: StageTimes,
+    memo: dict[tuple[object, ...], Any] | None,
+) -> float:
+    """The exposed pipeline send/receive of one step, the slowest stage's compute (`slowest`) hiding what it can."""
+    m, p, v = layout.grad_accum, layout.pp, layout.vp
+    eff = params.collective_efficiency
+    # Pipeline: one activation (sequence-sharded with SP) forward and one gradient backward per chunk boundary.
+    # Warm-up and cool-down: the first forward and the last backward cross each of the p-1 boundaries once, on
+    # its own link, exposed. Steady state, paced by the slowest boundary: interleaved (v > 1), Megatron sends and
+    # receives asynchronously under the next chunk's compute (overlap_p2p_comm, on by default), so a message costs
+    # only what a chunk's forward or backward cannot cover; 1F1B (v = 1) exchanges block (Megatron turns the
+    # overlap off for it): a forward and a backward exchange per micro-batch on the critical path.
+    if p == 1:
+        return 0.0
+    # the links are the topology's for the layout's rank grids, the message the micro-batch's
+    fkey = ("pp_fill", layout.tp, p, layout.cp, layout.dp, layout.ep, layout.etp, v > 1, layout.micro_batch,
+            layout.sequence_parallel)  # fmt: skip
+    sends: tuple[float, float] | None = memo.get(fkey) if memo is not None else None
+    if sends is None:
+        tokens = job.seq_len * layout.micro_batch / layout.cp
+        msg = 2.0 * tokens * model.hidden / (layout.tp if layout.sequence_parallel else 1)
+        fill = sum(2 * comm.p2p_s(msg, b, eff) for b in links.pp_fill or (links.pp,) * (p - 1))
+        sends = fill, comm.p2p_s(msg, links.pp, eff)
+        if memo is not None:
+            memo[fkey] = sends
+    fill, send = sends
+    if v > 1:
+        f_chunk, b_chunk = slowest.compute_fwd_s / v, slowest.compute_bwd_s / v
+        steady = m * v * (max(0.0, send - f_chunk) + max(0.0, send - b_chunk))
+    else:
+        steady = m * 2 * send
+    return steady + fill
+
+
+def sharding_free_s(
+    model: ModelSpec,
+    job: JobSpec,
+    layout: Layout,
+    gpu: GpuSpec,
+    links: comm.GroupLinks,
+    params: CostParams,
+    memo: dict[tuple[object, ...], Any] | None = None,
+) -> float:
+    """The terms of `step_time` no sharding changes, summed: compute, exposed TP/CP/EP time, bubble, pipeline
+    send/receive and the fixed overhead (`step_time` less `dp_comm_s` and `optimizer_s`)."""
+    slowest = _slowest_stage(model, job, layout, gpu, links, params, memo)[0]
+    m, p, v = layout.grad_accum, layout.pp, layout.vp
+    pp_comm = _pipeline_comm_s(model, job, layout, links, params, slowest, memo)
+    exposed_s = m * slowest.tp_exposed_s + m * slowest.cp_exposed_s + m * slowest.ep_exposed_s
+    compute_s = m * (slowest.compute_fwd_s + slowest.compute_bwd_s)
+    return compute_s + exposed_s + (p - 1) / v * slowest.total_s + pp_comm + params.step_overhead_s
 
 
 def _memo_dp_traffic(

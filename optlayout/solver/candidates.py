@@ -45,6 +45,7 @@ from optlayout.cost.memory import (
 from optlayout.cost.step import (
     dp_comm_floor_s,
     optimizer_s,
+    sharding_free_s,
     step_floor_s,
     step_time,
     whole_model_floor_s,
@@ -159,11 +160,11 @@ def grid_key(layout: Layout) -> tuple[int, ...]:
     return (*_placed(layout), layout.vp > 1)
 
 
-def state_key(layout: Layout) -> tuple[object, ...]:
-    """What the training state per GPU depends on: the stage split, tp, the shard group dp x cp, sharding, and the
-    expert split (etp x ep) with its shard group edp."""
-    return (layout.tp, layout.pp, layout.dp * layout.cp, layout.sharding, layout.first_stage_layers,
-            layout.last_stage_layers, layout.ep, layout.etp)  # fmt: skip
+def state_key(layout: Layout, sharding: Sharding | None = None) -> tuple[object, ...]:
+    """What the training state per GPU depends on: the stage split, tp, the shard group dp x cp, sharding (the
+    layout's, or `sharding`), and the expert split (etp x ep) with its shard group edp."""
+    return (layout.tp, layout.pp, layout.dp * layout.cp, layout.sharding if sharding is None else sharding,
+            layout.first_stage_layers, layout.last_stage_layers, layout.ep, layout.etp)  # fmt: skip
 
 
 def simplicity_key(layout: Layout) -> tuple[object, ...]:
@@ -322,14 +323,17 @@ class CostTable:
                 lo = mid + 1
         return _with_recomputed_layers(layout, lo)
 
-    def state_fits(self, layout: Layout, capacity_bytes: float) -> bool:
-        """Whether the training state and reserve alone fit: a bound that holds for every micro-batch,
-        recomputation and schedule of the same degrees and sharding (activations only add)."""
-        key = ("state_bytes", *state_key(layout), layout.vp)  # what the stages' parameters depend on, too
+    def state_fits(self, layout: Layout, capacity_bytes: float, sharding: Sharding | None = None) -> bool:
+        """Whether the training state and reserve alone fit (with `sharding`: of the layout at that sharding): a
+        bound that holds for every micro-batch, recomputation and schedule of the same degrees and sharding
+        (activations only add)."""
+        key = ("state_bytes", *state_key(layout, sharding), layout.vp)  # what the stages' parameters depend on, too
         state = self._memo.get(key)
         if not isinstance(state, float):
             per_stage = stage_params_per_stage(self.model, layout, self._memo)
-            state = self._memo[key] = float(max(sum(stage_state_bytes(p, self.job, layout)) for p in per_stage))
+            shard = layout if sharding in (None, layout.sharding) else _with_sharding(layout, sharding)
+            state = self._memo[key] = float(max(sum(stage_state_bytes(p, self.job, shard))
+                                                for p in dict.fromkeys(per_stage)))  # stages alike hold alike
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
 
     def throughput_bound(self, group: LayoutGroup, capacity_bytes: float | None = None) -> float:
@@ -341,17 +345,16 @@ class CostTable:
         shorter; sharding changes none of them), plus the sharding's own optimizer step and its exposed
         data-parallel time at the most compute any variant runs (`dp_comm_floor_s` at `heaviest_variant`); goodput
         only lowers the throughput. 0 when no sharding's state fits."""
-        cheapest = group.cheapest_variant()
-        t = self.times(cheapest)
-        shared_s = t.compute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.bubble_s + t.pp_comm_s + t.overhead_s
         started = time.perf_counter()
+        cheapest = group.cheapest_variant()
+        links = self.links(cheapest)  # every layout of the group has the same rank grids
+        shared_s = sharding_free_s(self.model, self.job, cheapest, self.gpu, links, self.params, self._memo)
         most = most_stage_params(self.model, cheapest, self._memo)
         least_s = math.inf
         for sharding in group.shardings:
-            heaviest = group.heaviest_variant(sharding)
-            if capacity_bytes is not None and not self.state_fits(heaviest, capacity_bytes):
+            if capacity_bytes is not None and not self.state_fits(cheapest, capacity_bytes, sharding):
                 continue
-            links = self.links(heaviest)
+            heaviest = group.heaviest_variant(sharding)
             dp_s = dp_comm_floor_s(self.model, self.job, heaviest, self.gpu, links, self.params, most.total,
                                    self._memo, most.experts)  # fmt: skip
             least_s = min(least_s, dp_s + optimizer_s(heaviest, self.gpu, links, self.params, most.total,
@@ -666,6 +669,13 @@ _FAMILY, _NODE, _PIPELINE, _GROUP = range(4)  # what an entry of `CostTable.best
 def _most_sharded(group: LayoutGroup) -> Sharding:
     """The group's sharding that divides the most training state (the last of `Sharding`'s order it allows)."""
     return max(group.shardings, key=_SHARDING_ORDER.__getitem__)
+
+
+def _with_sharding(layout: Layout, sharding: Sharding) -> Layout:
+    """The layout at `sharding`."""
+    values = layout.__dict__.copy()
+    values["sharding"] = sharding
+    return Layout.unchecked_fields(values, set(LAYOUT_DEFAULTS))
 
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:

@@ -246,9 +246,14 @@ class LayoutGroup:
         layout without it. Each of its stages runs at least the forward and the backward compute of the same stage
         of each of the group's layouts of that sharding (a recomputation re-runs at most each layer's forward, and
         sequence parallelism only divides elementwise work). It may lie outside the group's pins."""
-        values = {**LAYOUT_DEFAULTS, **self.degrees, "sharding": sharding, "recompute": Recompute.full,
-                  "recompute_layers": None, "recompute_modules": None,
-                  "sequence_parallel": min(self.sequence_parallel)}  # fmt: skip
+        cache = self.__dict__
+        heaviest: dict[str, object] | None = cache.get("_heaviest")
+        if heaviest is None:
+            heaviest = cache["_heaviest"] = {**LAYOUT_DEFAULTS, **self.degrees, "recompute": Recompute.full,
+                                             "recompute_layers": None, "recompute_modules": None,
+                                             "sequence_parallel": min(self.sequence_parallel)}  # fmt: skip
+        values = heaviest.copy()
+        values["sharding"] = sharding
         return Layout.unchecked_fields(values, {*self.degrees, *_VARIANT_FIELDS})
 
 
