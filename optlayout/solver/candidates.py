@@ -331,7 +331,7 @@ class CostTable:
         state = self._memo.get(key)
         if not isinstance(state, float):
             per_stage = stage_params_per_stage(self.model, layout, self._memo)
-            shard = layout if sharding in (None, layout.sharding) else _with_sharding(layout, sharding)
+            shard = layout if sharding in (None, layout.sharding) else _with_field(layout, "sharding", sharding)
             state = self._memo[key] = float(max(sum(stage_state_bytes(p, self.job, shard))
                                                 for p in dict.fromkeys(per_stage)))  # stages alike hold alike
         return state + self.params.runtime_reserve_bytes <= capacity_bytes
@@ -449,8 +449,10 @@ class CostTable:
         else:
             in_order = list(groups)
             seen = sum(len(g) for g in in_order)
-            walk = self.best_first(in_order, limits.memory_capacity_bytes) if k is not None else None
-            ordered = walk if walk is not None else ((math.inf, g) for g in in_order)
+            if k is not None:
+                ordered = self.best_first(in_order, limits.memory_capacity_bytes)
+            else:
+                ordered = ((math.inf, g) for g in in_order)
         enumerating_s = time.perf_counter() - started
         # two objective units: the integer objective resolves 1e-6 of the best, which is at most the first bound
         first_bound, ordered = peek(ordered)
@@ -671,18 +673,17 @@ def _most_sharded(group: LayoutGroup) -> Sharding:
     return max(group.shardings, key=_SHARDING_ORDER.__getitem__)
 
 
-def _with_sharding(layout: Layout, sharding: Sharding) -> Layout:
-    """The layout at `sharding`."""
+def _with_field(layout: Layout, name: str, value: object) -> Layout:
+    """The layout with one field changed (the space's legality rules hold for the changes the walk makes: a
+    sharding of the group, a recomputed layer count)."""
     values = layout.__dict__.copy()
-    values["sharding"] = sharding
-    return Layout.unchecked_fields(values, set(LAYOUT_DEFAULTS))
+    values[name] = value
+    return Layout.unchecked_fields(values, set(LAYOUT_DEFAULTS))  # `Layout.unchecked(**values)`: every field set
 
 
 def _with_recomputed_layers(layout: Layout, n: int) -> Layout:
     """The layout with full recomputation of `n` layers per model chunk."""
-    values = layout.__dict__.copy()
-    values["recompute_layers"] = n
-    return Layout.unchecked_fields(values, set(LAYOUT_DEFAULTS))  # `Layout.unchecked(**values)`: every field set
+    return _with_field(layout, "recompute_layers", n)
 
 
 def least_recomputed(layout: Layout) -> Layout:
