@@ -172,6 +172,29 @@ def _recipe_agreement(records: list[RunRecord], params_for) -> tuple[list[str], 
     return lines, gains, inside, len(groups)
 
 
+FUSED_MOE_RELEASE = (26, 6)
+"""The first Megatron-Bridge container (26.06, Bridge v0.5.0: docs/releases/software-versions.md @v0.6.0) whose
+Blackwell MoE recipes set cuda_graph_impl="full_iteration", cutedsl_fused_grouped_mlp, fp8_dot_product_attention and
+moe_a2a_overlap (qwen3_workload_base_configs.py @v0.5.0 lines 358-365, 388-398; @v0.4.1 lines 338, 361-368)."""
+
+
+def _by_generation(preds: list[RunPrediction]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """APEs and signed errors of the Megatron-Bridge MoE runs by model, GPU and recipe generation (before or from
+    `FUSED_MOE_RELEASE`)."""
+    apes: dict[str, list[float]] = defaultdict(list)
+    signed: dict[str, list[float]] = defaultdict(list)
+    for p in sorted(preds, key=lambda p: (p.record.model.name, p.record.cluster.gpu, p.record.id)):
+        release = p.record.release()
+        if p.record.framework != "megatron-bridge" or release is None:
+            continue
+        version = tuple(int(part) for part in release.removeprefix("mb-").split(".")[:2])
+        generation = "from 26.06" if version >= FUSED_MOE_RELEASE else "before 26.06"
+        key = f"{p.record.model.name}, {p.record.cluster.gpu}, {generation}"
+        apes[key].append(p.ape)
+        signed[key].append(p.prediction.tokens_per_s_per_gpu / p.record.measured.tokens_per_s_per_gpu - 1)
+    return apes, signed
+
+
 def moe_main(path: str, write: bool) -> int:
     """The MoE runs: dense constants from the shipped calibration (fitted on dense runs only), the MoE-only
     constants at their sourced defaults (nothing fitted on an MoE run) and fitted leaving one model out."""
@@ -233,6 +256,13 @@ def moe_main(path: str, write: bool) -> int:
         *_moe_table("model", by_model, signed),
         "",
         *_moe_table("model, GPU, precision", by_hw, signed_hw),
+        "",
+        "By Megatron-Bridge recipe generation: from the 26.06 container (Bridge v0.5.0) the Blackwell recipes turn on "
+        "full-iteration CUDA graphs, the fused grouped MLP, FP8 attention and EP overlap (`scripts/performance/configs/"
+        "{qwen,gpt_oss}/*_workload_base_configs.py` @v0.5.0 against @v0.4.1), which no record field states and the "
+        "cost model does not price; the Hopper recipes are unchanged.",
+        "",
+        *_moe_table("model, GPU, recipes", *_by_generation(preds)),
         "",
     ]
     worst = sorted(preds, key=lambda p: -p.ape)[:8]
