@@ -10,6 +10,8 @@ exactly up to rank 100 (lower ranks read "> 100"; the pick and the claimed gain 
 constants: the shipped calibration unless `--calibration` says otherwise. `--robust` ranks as `solve --robust`
 does: by each layout's conservative throughput (the low end of its 80% interval from the calibration's held-out
 errors); the claimed gain stays the pick's predicted throughput over the published layout's.
+A diagnostic table ranks the same runs again in the space without ZeRO-2, and without ZeRO-2 and FSDP (`WITHOUT`):
+where the claimed gains come from.
 `--write` replaces the recipes section (with `--robust`, the recipes-robust section) of benchmarks/RESULTS.md.
 """
 
