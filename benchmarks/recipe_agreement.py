@@ -66,6 +66,23 @@ def _rank_text(rank: float) -> str:
     return f"> {MAX_RANK}" if rank > MAX_RANK else f"{rank:.0f}"
 
 
+NEMO_BEFORE_TORCH_FSDP2 = ("nemo2403-", "nemo2407-", "dgxc-v24.11.1-")
+"""The record ids of the NeMo containers before Megatron-Core 0.10.0's `--use-torch-fsdp2`: the NeMo tables' 24.03
+and 24.07 and dgxc v24.11.1's `nvidia/nemo:24.09` and `nemo:24.05` (`*/setup.sh` @v24.11.1; Megatron-Core 0.9.0 and
+0.7.0 by NeMo's software component versions)."""
+
+
+def stack_exclusions(record: RunRecord) -> frozenset[Sharding]:
+    """The shardings beyond ZeRO-1 the run's stack did not offer: a NeMo run's Megatron-Core had no ZeRO-2 (its
+    `--data-parallel-sharding-strategy optim_grads` came in 0.12.0, after every NeMo container here, 24.03 to 24.12)
+    and, before 24.12, no FSDP (`NEMO_BEFORE_TORCH_FSDP2`); the JAX stacks and Megatron-Bridge offer both."""
+    if record.framework != "nemo":
+        return frozenset()
+    if record.id.startswith(NEMO_BEFORE_TORCH_FSDP2):
+        return frozenset({Sharding.zero2, Sharding.fsdp})
+    return frozenset({Sharding.zero2})
+
+
 def _without(excluded: frozenset[Sharding]) -> str:
     return "without " + " and ".join(sorted(s.value for s in excluded)) if excluded else "the solver's space"
 
@@ -176,21 +193,22 @@ def main() -> int:
     t0 = time.perf_counter()
     topologies: dict[str, Topology] = {}
     spaces: dict[tuple, RankSpace] = {}
-    ranked: dict[frozenset[Sharding], list[Agreement]] = {}
-    for excluded in WITHOUT:  # the solver's space first: every table but the diagnostic one reads it alone
-        ranked[excluded] = []
+
+    def rank(rec: RunRecord, excluded: frozenset[Sharding]) -> Agreement:
+        params = params_for(rec.cluster.gpu, rec.job.precision)
+        key = rec.cluster.model_dump_json()
+        topo = topologies.get(key) or topologies.setdefault(key, topology_from_cluster(rec.cluster))
         options = SpaceOptions(exclude={"sharding": excluded} if excluded else {})
-        for rec in records:
-            params = params_for(rec.cluster.gpu, rec.job.precision)
-            key = rec.cluster.model_dump_json()
-            topo = topologies.get(key) or topologies.setdefault(key, topology_from_cluster(rec.cluster))
-            space = spaces.get((rec.group_key, params, excluded)) or spaces.setdefault(
-                (rec.group_key, params, excluded), RankSpace(rec, params, topo, options, robust)
-            )
-            ranked[excluded].append(recipe_agreement(rec, params, topo, max_rank=MAX_RANK, space=space))
-        if excluded == frozenset():
-            elapsed = time.perf_counter() - t0
-    rows = ranked[frozenset()]
+        space = spaces.get((rec.group_key, params, excluded)) or spaces.setdefault(
+            (rec.group_key, params, excluded), RankSpace(rec, params, topo, options, robust)
+        )
+        return recipe_agreement(rec, params, topo, max_rank=MAX_RANK, space=space)
+
+    rows = [rank(rec, frozenset()) for rec in records]  # the solver's space: every table but the diagnostic one
+    elapsed = time.perf_counter() - t0
+    ranked = {_without(frozenset()): rows}
+    ranked |= {_without(excluded): [rank(rec, excluded) for rec in records] for excluded in WITHOUT[1:]}
+    ranked["each run in its stack's space"] = [rank(rec, stack_exclusions(rec)) for rec in records]
 
     by_source: dict[str, list[Agreement]] = defaultdict(list)
     by_stack: dict[str, list[Agreement]] = defaultdict(list)
@@ -201,11 +219,11 @@ def main() -> int:
         by_stack[str(getattr(rec, "framework", None) or "not stated")].append(a)
         by_gpu[f"{rec.cluster.gpu} {rec.job.precision}"].append(a)
     diagnostic: dict[str, list[Agreement]] = {}
-    for excluded, agreements in ranked.items():
-        diagnostic[f"{_without(excluded)}: all"] = agreements
+    for space_name, agreements in ranked.items():
+        diagnostic[f"{space_name}: all"] = agreements
         for source in sorted(by_source):
-            diagnostic[f"{_without(excluded)}: {source}"] = [a for a in agreements
-                                                             if recipe_source(a.published.record) == source]
+            picked = [a for a in agreements if recipe_source(a.published.record) == source]
+            diagnostic[f"{space_name}: {source}"] = picked
     command = (
         "python benchmarks/recipe_agreement.py"
         + (f" --calibration {args.calibration}" if args.calibration else "")
@@ -251,7 +269,8 @@ def main() -> int:
         "2025) and ZeRO-2 as `--data-parallel-sharding-strategy optim_grads` in 0.12.0 (May 2025; "
         "megatron/training/arguments.py at those tags), after the Megatron-Core of NeMo 24.07 (0.8) and 24.09 (0.9); "
         "the JAX stacks (MaxText, Paxml) run FSDP natively. The published layout is ranked among the layouts that "
-        "remain, its own sharding whatever it is.",
+        "remain, its own sharding whatever it is. The last rows rank each run in what its own stack offered "
+        "(`stack_exclusions`: a NeMo run without ZeRO-2, and without FSDP before NeMo 24.12).",
         "",
         *_table("space, source", diagnostic),
     ]
