@@ -2,7 +2,12 @@
 Megatron-LM checkout, which is not in this repository, nor in the pip package, which ships megatron-core only).
 
 Reproduce:  python benchmarks/megatron_lm_args.py --megatron-lm PATH [--sample 40] [--write]
-PATH is a Megatron-LM checkout (or its git directory: `megatron/` of HEAD is exported to a temporary folder),
+            python benchmarks/megatron_lm_args.py --megatron-lm GITDIR --megatron-core 0.9.0 [--write]
+PATH is a Megatron-LM checkout (or its git directory: `megatron/` of HEAD is exported to a temporary folder).
+With `--megatron-core`, the tag of that release (core_r/core_v) is exported instead and the layouts are those a
+solve kept to it offers (`SpaceOptions.megatron_core`), emitted for it (`megatron_args(megatron_core=...)`), with
+4-byte gradients before 0.12.0 (bf16 forces them there); the models the release cannot run are left out.
+The checks run
 run in the `launchers` extra's environment (torch, triton, megatron-core's dependencies). Three shims, all
 outside Megatron-LM: `typing.override` on Python 3.11 (Megatron-LM main needs 3.12 for that decorator only),
 and `get_device_arch_version() = 9`, `torch.cuda.get_device_capability() = (9, 0)` (validate_args asks the GPU;
@@ -35,8 +40,10 @@ sys.path.insert(0, str(ROOT))
 
 from optlayout.cost.step import tp_overlap_applies  # noqa: E402
 from optlayout.emit import megatron_args  # noqa: E402
+from optlayout.emit.megatron import max_connections, megatron_fsdp_impl  # noqa: E402
 from optlayout.errors import OptlayoutError  # noqa: E402
 from optlayout.layout import parse_layout  # noqa: E402
+from optlayout.layout.megatron_core import Version, job_problems, parse_megatron_core, version_text  # noqa: E402
 from optlayout.presets import model_preset  # noqa: E402
 from optlayout.solver.space import SpaceOptions, enumerate_layouts  # noqa: E402
 from optlayout.specs import JobSpec  # noqa: E402
@@ -47,13 +54,23 @@ MODELS = (("llama3.1-8b", 8192, 64), ("llama3.1-70b", 8192, 256), ("llama3.1-405
           ("deepseek-v3", 4096, 256), ("mixtral-8x7b", 4096, 64))  # fmt: skip
 
 
-def megatron_source(path: Path) -> Path:
-    """A folder holding `megatron/` of the checkout (exported from HEAD when PATH is a git directory)."""
+def release_tag(path: Path, version: Version) -> str:
+    """The git tag of a Megatron-Core release (core_v0.12.0; core_r0.9.0 where no core_v tag is a tag)."""
+    for tag in (f"core_v{version_text(version)}", f"core_r{version_text(version)}"):
+        found = subprocess.run(["git", "--git-dir", str(path), "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
+                               capture_output=True, text=True)  # fmt: skip
+        if found.returncode == 0:
+            return f"refs/tags/{tag}"
+    raise SystemExit(f"no tag core_v/core_r{version_text(version)} in {path}")
+
+
+def megatron_source(path: Path, ref: str = "HEAD") -> Path:
+    """A folder holding `megatron/` of the checkout (exported from `ref` when PATH is a git directory)."""
     if (path / "megatron" / "training" / "arguments.py").is_file():
         return path
     out = Path(tempfile.mkdtemp(prefix="megatron-lm-"))
     archive = subprocess.run(
-        ["git", "--git-dir", str(path), "archive", "HEAD", "megatron"], capture_output=True, check=True
+        ["git", "--git-dir", str(path), "archive", ref, "megatron"], capture_output=True, check=True
     )
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
     return out
@@ -72,17 +89,23 @@ def load_parser(source: Path):
     return arguments
 
 
-def cases(sample: int, seed: int) -> list[tuple[str, object, JobSpec, object]]:
-    out = [(p.name, p.spec, p.job, p.lay) for p in PLANS if "megatron" not in p.refused]
-    for plan in MOE_PLANS:
-        out.append((f"{plan.model} {plan.layout}", model_preset(plan.model), plan.job, parse_layout(plan.layout)))
+def cases(sample: int, seed: int, release: Version | None = None) -> list[tuple[str, object, JobSpec, object]]:
+    out = []
+    if release is None:  # the test plans target the current release
+        out = [(p.name, p.spec, p.job, p.lay) for p in PLANS if "megatron" not in p.refused]
+        for plan in MOE_PLANS:
+            out.append((f"{plan.model} {plan.layout}", model_preset(plan.model), plan.job, parse_layout(plan.layout)))
     rng = random.Random(seed)
+    grad_bytes = 4 if release is not None and release < (0, 12, 0) else 2
     for name, seq, gpus in MODELS:
-        model, job = model_preset(name), JobSpec(seq_len=seq, global_batch=gpus // 2 if gpus > 64 else 128)
+        model = model_preset(name)
+        job = JobSpec(seq_len=seq, global_batch=gpus // 2 if gpus > 64 else 128, grad_bytes_per_param=grad_bytes)
+        if release is not None and job_problems(release, model, job):
+            continue
         emitted = []
-        for layout in enumerate_layouts(model, job, gpus, 8, SpaceOptions()):
+        for layout in enumerate_layouts(model, job, gpus, 8, SpaceOptions(megatron_core=release)):
             try:
-                megatron_args(model, job, layout)
+                emit_args(model, job, layout, release)
             except OptlayoutError:
                 continue
             emitted.append(layout)
@@ -91,15 +114,20 @@ def cases(sample: int, seed: int) -> list[tuple[str, object, JobSpec, object]]:
     return out
 
 
-def check(arguments, model, job, layout) -> list[str]:
+def emit_args(model, job, layout, release: Version | None) -> list[str]:
+    return megatron_args(model, job, layout, fsdp_impl=megatron_fsdp_impl("megatron", release), megatron_core=release)
+
+
+def check(arguments, model, job, layout, release: Version | None = None) -> list[str]:
     """Parse and validate; return the fields where Megatron's arguments differ from the plan."""
-    args = megatron_args(model, job, layout)
+    args = emit_args(model, job, layout, release)
     os.environ["WORLD_SIZE"], os.environ["RANK"] = str(layout.gpus), "0"
-    # the environment megatron_notes prescribes: one connection, except under FSDP (which needs more)
-    if layout.sharding.value in ("zero2", "fsdp"):
+    # the environment megatron_notes prescribes: one connection, except under FSDP (which needs more from 0.12.0)
+    connections = max_connections(layout, release)
+    if connections is None:
         os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     else:
-        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = connections
     sys.argv = ["pretrain_gpt.py", *args, "--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab)]
     with contextlib.redirect_stdout(io.StringIO()):
         parsed = arguments.parse_args()
@@ -121,11 +149,13 @@ def check(arguments, model, job, layout) -> list[str]:
         "accumulate_allreduce_grads_in_fp32": job.grad_bytes_per_param == 4,
         "sequence_parallel": layout.sequence_parallel,
         "tp_comm_overlap": tp_overlap_applies(layout),  # as priced
-        "use_distributed_optimizer": layout.sharding.value != "none",
+        # torch FSDP2 shards the optimizer itself: it asserts no distributed optimizer
+        "use_distributed_optimizer": layout.sharding.value != "none" and "--use-torch-fsdp2" not in args,
     }
     if not model.position_embeddings:
         want["rotary_base"] = int(model.rope_theta)
-        want["use_rope_scaling"] = model.rope_scaling is not None
+        if hasattr(parsed, "use_rope_scaling"):  # from 0.10.0
+            want["use_rope_scaling"] = model.rope_scaling is not None
     if "--pipeline-model-parallel-layout" not in args:
         want["virtual_pipeline_model_parallel_size"] = layout.vp if layout.vp > 1 else None
     if model.moe is not None:
@@ -157,17 +187,20 @@ def main() -> None:
     parser.add_argument("--megatron-lm", type=Path, required=True, help="Megatron-LM checkout or git directory")
     parser.add_argument("--sample", type=int, default=20, help="random emitted layouts per model")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--megatron-core", help="a release: its tag's parser, the layouts kept to it")
     parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
     opts = parser.parse_args()
-    source = megatron_source(opts.megatron_lm)
-    commit = subprocess.run(["git", "--git-dir", str(opts.megatron_lm), "log", "-1", "--format=%h %cs"],
+    release = parse_megatron_core(opts.megatron_core) if opts.megatron_core else None
+    ref = "HEAD" if release is None else release_tag(opts.megatron_lm, release)
+    source = megatron_source(opts.megatron_lm, ref)
+    commit = subprocess.run(["git", "--git-dir", str(opts.megatron_lm), "log", "-1", "--format=%h %cs", ref],
                             capture_output=True, text=True).stdout.strip() or "working tree"  # fmt: skip
     arguments = load_parser(source)
     accepted, mismatched, refused = 0, [], []
-    todo = cases(opts.sample, opts.seed)
+    todo = cases(opts.sample, opts.seed, release)
     for label, model, job, layout in todo:
         try:
-            diff = check(arguments, model, job, layout)
+            diff = check(arguments, model, job, layout, release)
         except (AssertionError, SystemExit, ValueError, RuntimeError) as exc:
             refused.append(f"{label}: {type(exc).__name__} {str(exc)[:200]}")
             continue
@@ -177,22 +210,29 @@ def main() -> None:
             accepted += 1
     import torch
 
+    models = sorted({label.split()[0] for label, *_ in todo} & {m for m, _, _ in MODELS})
+    flag = "" if release is None else f" --megatron-core {version_text(release)}"
+    what = (f"{len(PLANS)} test plans less those Megatron refuses by rule, {len(MOE_PLANS)} mixture-of-experts plans, "
+            "and " if release is None else "")  # fmt: skip
+    tag = "" if release is None else f" ({ref.removeprefix('refs/tags/')})"
     lines = [
-        f"Megatron-LM {commit}, `parse_args` + `validate_args` on CPU (shims: typing.override, GPU arch 9, "
-        "capability 9.0); "
-        f"`python benchmarks/megatron_lm_args.py --megatron-lm PATH --sample {opts.sample} --seed {opts.seed}`; "
+        f"Megatron-LM {commit}{tag}, `parse_args` + "
+        "`validate_args` on CPU (shims: typing.override, GPU arch 9, capability 9.0); "
+        f"`python benchmarks/megatron_lm_args.py --megatron-lm PATH --sample {opts.sample} --seed {opts.seed}{flag}`; "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
         "",
-        f"- {len(todo)} emitted flag sets ({len(PLANS)} test plans less those Megatron refuses by rule, "
-        f"{len(MOE_PLANS)} mixture-of-experts plans, and {opts.sample} random emitted layouts of each of "
-        f"{', '.join(m for m, _, _ in MODELS)}; MoE runs also check experts, top-k, widths, the layer pattern, "
-        "ep/etp, MLA ranks and MTP)",
+        f"- {len(todo)} emitted flag sets ({what}{opts.sample} random emitted layouts of each of "
+        f"{', '.join(models)}; MoE runs also check experts, top-k, widths, the layer pattern, ep/etp, MLA ranks "
+        "and MTP)",
         f"- accepted with every checked value equal to the plan: {accepted}",
         f"- accepted with a value differing from the plan: {len(mismatched)}",
         f"- refused by Megatron: {len(refused)}",
         *[f"  - {line}" for line in mismatched + refused],
     ]
-    publish("megatron_lm_args", "Megatron flags through Megatron-LM's own parser", "\n".join(lines), opts.write)
+    key, title = "megatron_lm_args", "Megatron flags through Megatron-LM's own parser"
+    if release is not None:
+        key, title = f"{key}_{version_text(release)}", f"{title}, Megatron-Core {version_text(release)}"
+    publish(key, title, "\n".join(lines), opts.write)
 
 
 if __name__ == "__main__":

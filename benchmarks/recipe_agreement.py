@@ -10,8 +10,8 @@ exactly up to rank 100 (lower ranks read "> 100"; the pick and the claimed gain 
 constants: the shipped calibration unless `--calibration` says otherwise. `--robust` ranks as `solve --robust`
 does: by each layout's conservative throughput (the low end of its 80% interval from the calibration's held-out
 errors); the claimed gain stays the pick's predicted throughput over the published layout's.
-A diagnostic table ranks the same runs again in the space without ZeRO-2, and without ZeRO-2 and FSDP (`WITHOUT`):
-where the claimed gains come from.
+A diagnostic table ranks the same runs again in the space without ZeRO-2, and without ZeRO-2 and FSDP (`WITHOUT`),
+and each in what its own Megatron-Core release runs (`RunRecord.megatron_core`): where the claimed gains come from.
 `--write` replaces the recipes section (with `--robust`, the recipes-robust section) of benchmarks/RESULTS.md.
 """
 
@@ -29,6 +29,7 @@ from _results import publish
 
 from optlayout.cost import DEFAULT_PARAMS
 from optlayout.cost.flops import mfu, model_flops_per_token
+from optlayout.layout.megatron_core import Version
 from optlayout.presets import gpu_preset
 from optlayout.runs.agreement import Agreement, RankSpace, recipe_agreement
 from optlayout.runs.calibrate import load_calibration, shipped_calibration_path
@@ -64,23 +65,6 @@ def _median(values: list[float]) -> float:
 
 def _rank_text(rank: float) -> str:
     return f"> {MAX_RANK}" if rank > MAX_RANK else f"{rank:.0f}"
-
-
-NEMO_BEFORE_TORCH_FSDP2 = ("nemo2403-", "nemo2407-", "dgxc-v24.11.1-")
-"""The record ids of the NeMo containers before Megatron-Core 0.10.0's `--use-torch-fsdp2`: the NeMo tables' 24.03
-and 24.07 and dgxc v24.11.1's `nvidia/nemo:24.09` and `nemo:24.05` (`*/setup.sh` @v24.11.1; Megatron-Core 0.9.0 and
-0.7.0 by NeMo's software component versions)."""
-
-
-def stack_exclusions(record: RunRecord) -> frozenset[Sharding]:
-    """The shardings beyond ZeRO-1 the run's stack did not offer: a NeMo run's Megatron-Core had no ZeRO-2 (its
-    `--data-parallel-sharding-strategy optim_grads` came in 0.12.0, after every NeMo container here, 24.03 to 24.12)
-    and, before 24.12, no FSDP (`NEMO_BEFORE_TORCH_FSDP2`); the JAX stacks and Megatron-Bridge offer both."""
-    if record.framework != "nemo":
-        return frozenset()
-    if record.id.startswith(NEMO_BEFORE_TORCH_FSDP2):
-        return frozenset({Sharding.zero2, Sharding.fsdp})
-    return frozenset({Sharding.zero2})
 
 
 def _without(excluded: frozenset[Sharding]) -> str:
@@ -194,13 +178,13 @@ def main() -> int:
     topologies: dict[str, Topology] = {}
     spaces: dict[tuple, RankSpace] = {}
 
-    def rank(rec: RunRecord, excluded: frozenset[Sharding]) -> Agreement:
+    def rank(rec: RunRecord, excluded: frozenset[Sharding], release: Version | None = None) -> Agreement:
         params = params_for(rec.cluster.gpu, rec.job.precision)
         key = rec.cluster.model_dump_json()
         topo = topologies.get(key) or topologies.setdefault(key, topology_from_cluster(rec.cluster))
-        options = SpaceOptions(exclude={"sharding": excluded} if excluded else {})
-        space = spaces.get((rec.group_key, params, excluded)) or spaces.setdefault(
-            (rec.group_key, params, excluded), RankSpace(rec, params, topo, options, robust)
+        options = SpaceOptions(exclude={"sharding": excluded} if excluded else {}, megatron_core=release)
+        space = spaces.get((rec.group_key, params, excluded, release)) or spaces.setdefault(
+            (rec.group_key, params, excluded, release), RankSpace(rec, params, topo, options, robust)
         )
         return recipe_agreement(rec, params, topo, max_rank=MAX_RANK, space=space)
 
@@ -208,7 +192,7 @@ def main() -> int:
     elapsed = time.perf_counter() - t0
     ranked = {_without(frozenset()): rows}
     ranked |= {_without(excluded): [rank(rec, excluded) for rec in records] for excluded in WITHOUT[1:]}
-    ranked["each run in its stack's space"] = [rank(rec, stack_exclusions(rec)) for rec in records]
+    ranked["each run in its release's space"] = [rank(rec, frozenset(), rec.megatron_core()) for rec in records]
 
     by_source: dict[str, list[Agreement]] = defaultdict(list)
     by_stack: dict[str, list[Agreement]] = defaultdict(list)
@@ -269,8 +253,10 @@ def main() -> int:
         "2025) and ZeRO-2 as `--data-parallel-sharding-strategy optim_grads` in 0.12.0 (May 2025; "
         "megatron/training/arguments.py at those tags), after the Megatron-Core of NeMo 24.07 (0.8) and 24.09 (0.9); "
         "the JAX stacks (MaxText, Paxml) run FSDP natively. The published layout is ranked among the layouts that "
-        "remain, its own sharding whatever it is. The last rows rank each run in what its own stack offered "
-        "(`stack_exclusions`: a NeMo run without ZeRO-2, and without FSDP before NeMo 24.12).",
+        "remain, its own sharding whatever it is. The last rows rank each run in what its own release runs, as "
+        "`solve --megatron-core` does (a NeMo run in its container's Megatron-Core, "
+        "`RunRecord.megatron_core`: no FSDP before 0.10.0, no ZeRO-2 before 0.13.0, no uneven stages with virtual "
+        "stages before 0.11.0, ...; the other stacks in the solver's space).",
         "",
         *_table("space, source", diagnostic),
     ]

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InputError, OptlayoutError, describe_validation_error
+from optlayout.layout.megatron_core import Version, parse_megatron_core
 from optlayout.specs import (
     AttentionKernel,
     Fp8Recipe,
@@ -149,6 +150,19 @@ def switched_job_flags(dropout: bool, grad_bytes: float, moe_ep_overlap: bool = 
 
 GRAD_BYTES = float(JobSpec.model_fields["grad_bytes_per_param"].default)  # 16-bit gradient buffers
 MOE_DISPATCHER: MoeDispatcher = JobSpec.model_fields["moe_dispatcher"].default  # Megatron's all-to-all
+MegatronCoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--megatron-core",
+        help="only what this Megatron-Core release runs: 0.12.0, or a NeMo container as nemo:24.09 (default: current)",
+    ),
+]
+
+
+def megatron_core_arg(text: str | None) -> Version | None:
+    return None if text is None else parse_megatron_core(text)
+
+
 GradBytesOpt = Annotated[
     float, typer.Option("--grad-bytes", help="gradient bytes per parameter: 2 (bf16, default) or 4 (fp32 main grads)")
 ]

@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--torchtitan-version", help=f"one of {', '.join(TORCHTITAN_VERSIONS)}")
         ] = CURRENT_TORCHTITAN,
         order: Annotated[str, typer.Option("--order", help="Megatron rank order (megatron, ranks)")] = DEFAULT_ORDER,
+        megatron_core: common.MegatronCoreOpt = None,
         hostnames: Annotated[
             str | None,
             typer.Option("--hostnames", help="comma-separated node names (ranks; accelerate's main process)"),
@@ -54,6 +55,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print launcher flags or a config file for one layout."""
         hosts = [h.strip() for h in hostnames.split(",") if h.strip()] if hostnames else None
+        release = common.megatron_core_arg(megatron_core)
         if output is not None:
             outputs.check_output(output, "--output", [plan, model_config])
         if gpus_per_node is not None and not 1 <= gpus_per_node <= MAX_GPUS_PER_SERVER:
@@ -71,6 +73,8 @@ def register(app: typer.Typer) -> None:
             from optlayout.planning.plan import Plan
 
             saved = Plan.load(plan)
+            if saved.megatron_core is not None:  # the plan's release unless another is asked for
+                release = release or common.megatron_core_arg(saved.megatron_core)
             chosen = saved.layout_at(rank)
             spec, job, lay, per_node = saved.model, saved.job, chosen.layout, saved.gpus_per_server
             if lay.gpus < saved.gpus:
@@ -85,9 +89,9 @@ def register(app: typer.Typer) -> None:
                                  moe_ep_overlap=moe_ep_overlap, moe_routing=moe_routing)  # fmt: skip
             lay, per_node = parse_layout(layout), gpus_per_node or 8
         text = emit(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
-                    torchtitan_version=torchtitan_version)  # fmt: skip
+                    torchtitan_version=torchtitan_version, megatron_core=release)  # fmt: skip
         for note in emit_notes(fmt, spec, job, lay, per_node, overrides=overrides, order=order, hostnames=hosts,
-                               torchtitan_version=torchtitan_version):  # fmt: skip
+                               torchtitan_version=torchtitan_version, megatron_core=release):  # fmt: skip
             typer.echo(f"# {note}", err=True)
         if output is None:
             typer.echo(text, nl=False)

@@ -19,6 +19,7 @@ from optlayout.layout import SEARCHED_AXES
 from optlayout.timings import PhaseClock, timings_json, timings_line
 
 if TYPE_CHECKING:  # the planning and topology packages load on use, keeping the light commands fast
+    from optlayout.layout.megatron_core import Version
     from optlayout.planning import Plan, PlannedLayout
     from optlayout.topology import LoadedCluster
 
@@ -209,6 +210,7 @@ class _Search(TypedDict):
     allow_idle_gpus: bool
     allow_tp_beyond_domain: bool
     max_bubble_fraction: float | None
+    megatron_core: Version | None
 
 
 def solve_command(
@@ -239,6 +241,7 @@ def solve_command(
     allow_tp_beyond_domain: Annotated[bool, typer.Option("--allow-tp-beyond-domain")] = False,
     max_bubble: Annotated[float | None, typer.Option("--max-bubble", help="bubble fraction limit")] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", help="CP-SAT time limit, s")] = 10.0,
+    megatron_core: common.MegatronCoreOpt = None,
     calibration: common.CalibrationOpt = None,
     objective: ObjectiveOpt = None,
     mtbf_hours: MtbfOpt = None,
@@ -273,7 +276,8 @@ def solve_command(
     )  # fmt: skip
     search = _Search(top=top, pins=_pairs(pin, "pin"), maxima=_max_ints(max_), exclude=_excludes(exclude),
                      time_limit_s=time_limit, failure=failure, storage=storage, allow_idle_gpus=allow_idle,
-                     allow_tp_beyond_domain=allow_tp_beyond_domain, max_bubble_fraction=max_bubble)  # fmt: skip
+                     allow_tp_beyond_domain=allow_tp_beyond_domain, max_bubble_fraction=max_bubble,
+                     megatron_core=common.megatron_core_arg(megatron_core))  # fmt: skip
     if (topology is not None) and (cluster is not None):
         raise InputError("cluster: give exactly one of --topology FILE and --cluster gpu=...,gpus=...")
     inputs = (topology, model_config, model, calibration, from_plan)
@@ -410,9 +414,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     """The `--json` schema: status, layouts [{layout, prediction}], and the plan's context; the same input
     gives the same JSON (`--timings` adds a `timings` object, the one part that changes run to run).
 
-    Added without changing the keys above: `objective`, `robust`; per layout `goodput` (with failure and storage
-    inputs), `straggler` (with a slowdown) and `support` (with a calibration's held-out errors: the 80% interval
-    of tokens/s/GPU and the unsupported regimes); `replanned_from` and `changes` after --from-plan."""
+    Added without changing the keys above: `objective`, `robust`, `megatron_core`; per layout `goodput` (with
+    failure and storage inputs), `straggler` (with a slowdown) and `support` (with a calibration's held-out errors:
+    the 80% interval of tokens/s/GPU and the unsupported regimes); `replanned_from` and `changes` after --from-plan."""
     out = {
         "schema_version": plan.schema_version,
         "status": plan.status,
@@ -425,6 +429,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "diagnosis": plan.diagnosis,
         "search_limits": plan.search_limits,
         "allow_idle_gpus": plan.allow_idle_gpus,
+        "megatron_core": plan.megatron_core,
         "assumed": plan.assumed,
         "layouts": [_layout_json(p) for p in plan.layouts],
     }
@@ -459,7 +464,8 @@ def _limits_text(limits: dict[str, int]) -> str:
 
 def _within(plan: Plan) -> str:
     """The search limits the status holds within, for people."""
-    return f" within {_limits_text(plan.search_limits)} (--max raises them)" if plan.search_limits else ""
+    within = f" within {_limits_text(plan.search_limits)} (--max raises them)" if plan.search_limits else ""
+    return within + (f", with what Megatron-Core {plan.megatron_core} runs" if plan.megatron_core else "")
 
 
 def print_plan(plan: Plan) -> None:

@@ -23,6 +23,7 @@ from optlayout.emit.megatron import (
     MEGATRON_MODEL_FEATURES,
     FsdpImpl,
     megatron_args,
+    megatron_fsdp_impl,
     megatron_notes,
     megatron_problems,
     megatron_text,
@@ -51,6 +52,7 @@ from optlayout.emit.torchtitan import (
     torchtitan_toml,
 )
 from optlayout.errors import InputError
+from optlayout.layout.megatron_core import Version
 from optlayout.layout.ranks import check_costed_order
 from optlayout.layout.rules import job_problems
 from optlayout.specs import JobSpec, Layout, ModelSpec
@@ -128,12 +130,15 @@ def emit(
     fsdp_impl: FsdpImpl = "megatron",
     hostnames: Sequence[str] | None = None,
     torchtitan_version: str = CURRENT_TORCHTITAN,
+    megatron_core: Version | None = None,
 ) -> str:
     """The launcher text for `fmt` in megatron|megatron-bridge|torchtitan|deepspeed|accelerate|mesh|ranks.
 
     `torchtitan_version` picks torchtitan 0.3.0 (a Python config module) or 0.2.2 (TOML; `overrides` gives
     `--section.key value` flags instead); `order` picks Megatron's rank order (megatron, ranks); `fsdp_impl`
-    picks Megatron-FSDP or torch FSDP2 (megatron); `hostnames` names the nodes (ranks; accelerate's main process).
+    picks Megatron-FSDP or torch FSDP2 (megatron; torch FSDP2 where `megatron_core` predates Megatron-FSDP);
+    `megatron_core` refuses the flags that release lacks (megatron); `hostnames` names the nodes (ranks;
+    accelerate's main process).
     """
     key = _format(fmt, overrides, torchtitan_version)
     if problems := job_problems(model, job):
@@ -150,7 +155,9 @@ def emit(
     }.get(key, frozenset())  # deepspeed refuses MoE itself, naming DeepSpeed-MoE's model-code API
     model.require_dense(f"emit {key}", job.seq_len, handled)
     if key == "megatron":
-        return megatron_text(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
+        return megatron_text(model, job, layout, gpus_per_node, order=order,
+                             fsdp_impl=megatron_fsdp_impl(fsdp_impl, megatron_core),
+                             megatron_core=megatron_core)  # fmt: skip
     if key == "megatron-bridge":
         return bridge_text(model, job, layout, gpus_per_node)
     if key == "torchtitan":
@@ -183,12 +190,15 @@ def emit_notes(
     fsdp_impl: FsdpImpl = "megatron",
     hostnames: Sequence[str] | None = None,
     torchtitan_version: str = CURRENT_TORCHTITAN,
+    megatron_core: Version | None = None,
 ) -> list[str]:
     """What goes with `emit`'s text (launch command, launcher version, substitutions), one line each; the CLI
     prints them on stderr so that the text itself stays exactly what the launcher reads."""
     key = _format(fmt, overrides, torchtitan_version)
     if key == "megatron":
-        return megatron_notes(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
+        return megatron_notes(model, job, layout, gpus_per_node, order=order,
+                              fsdp_impl=megatron_fsdp_impl(fsdp_impl, megatron_core),
+                              megatron_core=megatron_core)  # fmt: skip
     if key == "megatron-bridge":
         return bridge_notes(model, job, layout, gpus_per_node)
     if key == "torchtitan":

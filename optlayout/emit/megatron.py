@@ -22,6 +22,16 @@ from optlayout.cost.step import tp_overlap_applies
 from optlayout.emit._checks import global_batch, gradient_dtype, node_count, stage_layers
 from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
 from optlayout.errors import OptlayoutError, UnsupportedError
+from optlayout.layout.megatron_core import (
+    FLAG_SINCE,
+    MTP_WITH_CP_SINCE,
+    Version,
+    cp_offered,
+    flag_problems,
+    for_release,
+    split_flags,
+    version_text,
+)
 from optlayout.layout.stages import chunk_layer_counts, vp_fits
 from optlayout.layout.text import format_layout, recompute_text
 from optlayout.model import MoeSpec
@@ -41,8 +51,10 @@ def megatron_problems(
     *,
     order: str = DEFAULT_ORDER,
     fsdp_impl: FsdpImpl = "megatron",
+    megatron_core: Version | None = None,
 ) -> list[str]:
-    """Every Megatron rule the plan breaks, one line each naming the rule; empty when Megatron accepts it."""
+    """Every Megatron rule the plan breaks, one line each naming the rule; empty when Megatron accepts it. With
+    `megatron_core`, also every emitted flag that release lacks (`layout.megatron_core.flag_problems`)."""
     problems: list[str] = []
     checks = (
         lambda: global_batch(job, layout, "megatron"),
@@ -98,7 +110,30 @@ def megatron_problems(
     _pipeline_problems(model, layout, problems)
     _sharding_problems(model, job, layout, order, fsdp_impl, problems)
     _moe_problems(model, job, layout, problems)
+    if megatron_core is not None and not cp_offered(megatron_core, model, layout.cp):
+        problems.append(f"megatron-core {version_text(megatron_core)} rule Multi-Token Prediction (MTP) is not "
+                        f"supported with Context Parallelism broken (before {version_text(MTP_WITH_CP_SINCE)}): "
+                        f"cp={layout.cp}")  # fmt: skip
+    if megatron_core is not None and not problems:
+        tokens = [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
+        problems += flag_problems(for_release(tokens, megatron_core), megatron_core)
     return problems
+
+
+def max_connections(layout: Layout, megatron_core: Version | None = None) -> str | None:
+    """The CUDA_DEVICE_MAX_CONNECTIONS the flags need: unset (None) under FSDP, which asserts more than one from
+    0.12.0 on; else 1, which before 0.12.0 sequence parallelism and TP's async all-reduce required even under
+    FSDP2 (arguments.py @core_v0.10.0 L604-612; FSDP2 only warned)."""
+    fsdp = layout.sharding in (Sharding.zero2, Sharding.fsdp)
+    return None if fsdp and (megatron_core is None or megatron_core >= (0, 12, 0)) else "1"
+
+
+def megatron_fsdp_impl(fsdp_impl: FsdpImpl, megatron_core: Version | None) -> FsdpImpl:
+    """The FSDP the emitter writes for a release: torch FSDP2 where Megatron FSDP (`--use-megatron-fsdp`) is
+    younger than it."""
+    if megatron_core is not None and megatron_core < FLAG_SINCE["--use-megatron-fsdp"]:
+        return "torch"
+    return fsdp_impl
 
 
 def _moe_problems(model: ModelSpec, job: JobSpec, layout: Layout, problems: list[str]) -> None:
@@ -187,6 +222,8 @@ def _sharding_problems(
     if fsdp_impl == "torch":
         _rule(problems, layout.pp == 1, "--use-torch-fsdp2 needs pipeline_model_parallel_size == 1", f"pp={layout.pp}")
         _rule(problems, job.precision != "fp16", "--use-torch-fsdp2 is not supported with fp16", "precision fp16")
+        _rule(problems, layout.ep == 1, "--use-torch-fsdp2 is not supported with expert parallelism (arguments.py "
+              "@core_v0.10.0 to @core_v0.16.0)", f"ep={layout.ep}")  # fmt: skip
         _rule(
             problems,
             not model.tied_embeddings,
@@ -207,12 +244,16 @@ def megatron_args(
     *,
     order: str = DEFAULT_ORDER,
     fsdp_impl: FsdpImpl = "megatron",
+    megatron_core: Version | None = None,
 ) -> list[str]:
-    """The argument list (flags and values as separate tokens); raises naming every broken Megatron rule."""
-    problems = megatron_problems(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl)
+    """The argument list (flags and values as separate tokens); raises naming every broken Megatron rule (and,
+    with `megatron_core`, every flag that release lacks)."""
+    problems = megatron_problems(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl,
+                                 megatron_core=megatron_core)  # fmt: skip
     if problems:
         raise UnsupportedError("; ".join(problems))
-    return [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
+    tokens = [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
+    return tokens if megatron_core is None else for_release(tokens, megatron_core)
 
 
 def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl: str) -> list[tuple[str, ...]]:
@@ -222,19 +263,14 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
         ("--pipeline-model-parallel-size", str(pp)),
     ]
     counts = stage_layers(model, layout, "megatron")
-    uneven = len(set(counts)) > 1
-    if uneven and vp > 1 and any(n % vp for n in counts):
-        flags.append(("--pipeline-model-parallel-layout", pipeline_layout_string(counts, vp, model.mtp_layers)))
-    else:
-        if vp > 1:
-            flags.append(
-                ("--num-virtual-stages-per-pipeline-rank", str(vp))
-                if uneven
-                else ("--num-layers-per-virtual-pipeline-stage", str(counts[0] // vp))
-            )
-        if uneven:
-            flags += [("--decoder-first-pipeline-num-layers", str(counts[0]))]
-            flags += [("--decoder-last-pipeline-num-layers", str(counts[-1]))]
+    values = {
+        "--pipeline-model-parallel-layout": lambda: pipeline_layout_string(counts, vp, model.mtp_layers),
+        "--num-layers-per-virtual-pipeline-stage": lambda: str(counts[0] // vp),
+        "--num-virtual-stages-per-pipeline-rank": lambda: str(vp),
+        "--decoder-first-pipeline-num-layers": lambda: str(counts[0]),
+        "--decoder-last-pipeline-num-layers": lambda: str(counts[-1]),
+    }
+    flags += [(flag, values[flag]()) for flag in split_flags(counts, vp)]
     flags.append(("--context-parallel-size", str(layout.cp)))
     if tp > 1 and layout.sequence_parallel:
         flags.append(("--sequence-parallel",))
@@ -260,18 +296,32 @@ def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl
         ("--seq-length", str(job.seq_len)),
         ("--max-position-embeddings", str(model.position_embeddings or job.seq_len)),
     ]
-    flags += _model_flags(model)
-    flags += _moe_flags(model, job, layout)
+    flags += _job_flags(model, job, layout)
+    flags += _state_flags(job, layout)
+    return flags
+
+
+def _job_flags(model: ModelSpec, job: JobSpec, layout: Layout) -> list[tuple[str, ...]]:
+    """The model, MoE, dropout, precision and gradient flags: all but the expert degrees' values are the layout's
+    to take or leave, so a release runs them for every layout or none (`release_problems`)."""
+    flags = _model_flags(model) + _moe_flags(model, job, layout)
     dropout = "0.1" if job.dropout else "0.0"  # Megatron's default is 0.1; the memory model counts masks only if on
     flags += [("--attention-dropout", dropout), ("--hidden-dropout", dropout)]
     precision: dict[str, list[tuple[str, ...]]] = {"bf16": [("--bf16",)], "fp16": [("--fp16",)]}
     if job.precision == "fp8":
         fp8_format, recipe = fp8_format_and_recipe(job, "megatron")
         precision["fp8"] = [("--bf16",), ("--fp8-format", fp8_format)] + ([("--fp8-recipe", recipe)] if recipe else [])
-    flags += precision[job.precision]
-    flags += _gradient_flags(job)
-    flags += _state_flags(job, layout)
-    return flags
+    return flags + precision[job.precision] + _gradient_flags(job)
+
+
+def release_problems(model: ModelSpec, job: JobSpec, megatron_core: Version) -> list[str]:
+    """What of the model and job `megatron_core` cannot run whatever the layout (`_job_flags`' flags it lacks), one
+    line each; empty where the emitter refuses the job for another reason, which `emit` names."""
+    try:
+        flags = _job_flags(model, job, Layout(tp=1, pp=1, dp=1))
+    except OptlayoutError:
+        return []
+    return flag_problems(for_release([t for flag in flags for t in flag], megatron_core), megatron_core)
 
 
 def moe_layer_freq(flags: tuple[bool, ...]) -> str:
@@ -473,12 +523,14 @@ def megatron_text(
     *,
     order: str = DEFAULT_ORDER,
     fsdp_impl: FsdpImpl = "megatron",
+    megatron_core: Version | None = None,
 ) -> str:
     """The flags, one per line, nothing else: `pretrain_gpt.py $(cat flags.txt)` reads them back. A command
     substitution is split at white space and never unquoted, so no comment, `\\` continuation or quote may
     appear, and no token holds white space or a glob character (checked). The launch command and environment
     are `megatron_notes`."""
-    args, _ = _file_and_command_args(megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl))
+    args, _ = _file_and_command_args(megatron_args(model, job, layout, gpus_per_node, order=order, fsdp_impl=fsdp_impl,
+                                                   megatron_core=megatron_core))  # fmt: skip
     unsafe = [t for t in args if not t or any(c.isspace() or c in _GLOB_OR_QUOTE for c in t)]
     if unsafe:
         raise UnsupportedError(f"megatron: {unsafe[0]!r} cannot pass through $(cat file) unquoted")
@@ -516,21 +568,23 @@ def megatron_notes(
     *,
     order: str = DEFAULT_ORDER,
     fsdp_impl: FsdpImpl = "megatron",
+    megatron_core: Version | None = None,
 ) -> list[str]:
     """What goes around the flags: the plan, the launch command, the environment and what the flags assume."""
     _, quoted = _file_and_command_args(megatron_args(model, job, layout, gpus_per_node, order=order,
-                                                     fsdp_impl=fsdp_impl))  # fmt: skip
+                                                     fsdp_impl=fsdp_impl, megatron_core=megatron_core))  # fmt: skip
+    target = ("Megatron-LM main (checked at d98e8a64) / megatron-core 0.16" if megatron_core is None else
+              f"megatron-core {version_text(megatron_core)} (flags checked against its arguments.py)")  # fmt: skip
     nodes, per_node = node_count(layout, gpus_per_node, "megatron")
-    fsdp = layout.sharding in (Sharding.zero2, Sharding.fsdp)
     env = (
         "unset CUDA_DEVICE_MAX_CONNECTIONS (FSDP needs more than one)"
-        if fsdp
-        else "export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron requires it with tp>1 or cp>1 before Blackwell)"
+        if max_connections(layout, megatron_core) is None
+        else "export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron requires it with tp>1 or cp>1 before Blackwell"
+        + ("; before 0.12.0 with FSDP2 too)" if layout.sharding in (Sharding.zero2, Sharding.fsdp) else ")")
     )
     grads = gradient_dtype(job, "megatron", reduced_state=True)
     return [
-        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.numerics}; Megatron-LM main "
-        "(checked at d98e8a64) / megatron-core 0.16",
+        f"optlayout: {model.name}, {format_layout(layout)}, seq {job.seq_len}, {job.numerics}; {target}",
         f"world {layout.gpus} = {nodes} node(s) x {per_node} GPUs; rank order {order}",
         f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend static --node-rank $SLURM_NODEID "
         "--master-addr $MASTER_ADDR --master-port 6000 pretrain_gpt.py $(cat megatron_flags.txt) "

@@ -140,6 +140,9 @@ class Plan(BaseModel):
         default_factory=list, description="what the predictions do not price of what the job asks (`pricing_notes`)"
     )
     allow_idle_gpus: bool = Field(False, description="layouts may leave GPUs idle (solve --allow-idle)")
+    megatron_core: str | None = Field(
+        None, description="the Megatron-Core release the space was kept to (solve --megatron-core); None: current"
+    )
     search_limits: dict[str, int] = Field(
         default_factory=dict, description="the bounds beyond the rules the space was searched under (micro_batch, "
         "vp, cp): 'optimal' holds within them; `--max` sets them"

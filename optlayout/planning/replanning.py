@@ -13,6 +13,7 @@ from optlayout.cost import DEFAULT_PARAMS, CostParams
 from optlayout.errors import InfeasibleError, InputError, OptlayoutError, UnsupportedError, describe_validation_error
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.limits import MAX_GPUS
+from optlayout.layout.megatron_core import parse_megatron_core
 from optlayout.layout.model import AXES
 from optlayout.planning.plan import LayoutChange, Plan, Replan
 from optlayout.planning.search import ClusterInput, SolveRequest, failure_input, solve_request, storage_input
@@ -217,6 +218,8 @@ def replan(
                          "(`uncertainty`), or robust=False")  # fmt: skip
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
         raise InputError(f"replan: gpus must be a whole number from 1 to {MAX_GPUS:,} (got {gpus!r})")
+    if old.megatron_core is not None and switches.get("megatron_core") is None:  # the plan's release, kept
+        switches["megatron_core"] = parse_megatron_core(old.megatron_core)
     options = space_options(pins, maxima, exclude, **switches)
     clock = PhaseClock()
     if cluster is not None:

@@ -22,6 +22,8 @@ from optlayout.cost import DEFAULT_PARAMS, CostParams, pricing_notes
 from optlayout.errors import InfeasibleError, InputError
 from optlayout.inputs.arguments import checked_arguments
 from optlayout.inputs.limits import MAX_TOP
+from optlayout.layout.megatron_core import flag_problems, space_limits, version_text
+from optlayout.layout.recompute import parse_modules
 from optlayout.planning.inputs import ModelInput, resolve_model
 from optlayout.planning.plan import Plan, PlannedLayout
 from optlayout.runs.uncertainty import LayoutUncertainty, Uncertainty
@@ -29,7 +31,7 @@ from optlayout.solver.candidates import passes_limits, throughput_scale, top_k_s
 from optlayout.solver.diagnose import diagnose_empty_space, diagnose_no_fit
 from optlayout.solver.problem import Problem
 from optlayout.solver.space import SpaceOptions, describe_limits, search_limits, space_options
-from optlayout.specs import ClusterSpec, JobSpec
+from optlayout.specs import ClusterSpec, JobSpec, ModelSpec
 from optlayout.timings import PhaseClock
 from optlayout.topology import LoadedCluster, Topology, load_cluster
 
@@ -49,6 +51,23 @@ def storage_input(value: StorageSpec | Mapping[str, Any] | None) -> StorageSpec 
 def check_run_conditions(failure: FailureSpec | None, storage: StorageSpec | None) -> None:
     if (failure is None) != (storage is None):
         raise InputError("goodput: failure and storage go together (an MTBF and a storage bandwidth)")
+
+
+def refuse_unrunnable(model: ModelSpec, job: JobSpec, options: SpaceOptions) -> None:
+    """Refuse, naming the flags, a model, job or pinned module set that `options.megatron_core` cannot run whatever
+    the layout (the space leaves out the layouts it cannot run)."""
+    from optlayout.emit.megatron import release_problems
+
+    version = options.megatron_core
+    if version is None:
+        return
+    problems = release_problems(model, job, version)
+    modules = options.pins.get("recompute_modules")
+    if modules is not None:
+        problems += flag_problems(["--recompute-modules", *(m.value for m in parse_modules(modules))], version)
+    if problems:
+        raise InputError(f"{'; '.join(problems)}: not runnable on the Megatron-Core asked for "
+                         f"({version_text(version)})")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,7 @@ class SolveRequest:
             layout_uncertainty = LayoutUncertainty.on(uncertainty, spec, job, topology.gpu.name)
         slowdown = check_straggler(straggler_slowdown)
         options = space_options(pins, maxima, exclude, **(switches or {}))
+        refuse_unrunnable(spec, job, options)
         goodput = None
         if fail is not None and store is not None:
             goodput = GoodputModel(spec, job, fail, store, topology.gpus_per_server)
@@ -158,7 +178,8 @@ def solve(
     `uncertainty` (a calibration's, `Calibration.uncertainty`) adds each layout's `support`: its 10th-90th
     percentile interval of tokens/s/GPU from the calibration's held-out errors and the regimes no calibration run
     covers; with `robust`, layouts rank by that interval's low end (the conservative estimate) instead.
-    Switches: allow_tp_beyond_domain, allow_idle_gpus, max_micro_batch, max_vp, max_cp, max_bubble_fraction.
+    Switches: allow_tp_beyond_domain, allow_idle_gpus, max_micro_batch, max_vp, max_cp, max_bubble_fraction,
+    megatron_core (a release, `parse_megatron_core`: only the layouts it runs).
     """
     clock = PhaseClock()
     with clock.phase("parse"):
@@ -208,6 +229,10 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
             diagnosis = diagnose_empty_space(problem.model, problem.job, topo.num_gpus, topo.domain_size,
                                              problem.options)  # fmt: skip
             diagnosis += f" (searched {describe_limits(search_limits(problem.options))}; --max raises them)"
+        if problem.options.megatron_core is not None:  # what the release leaves out may be why nothing fits
+            left_out = ", ".join(space_limits(problem.options.megatron_core)) or "nothing left out"
+            diagnosis += f"; with what Megatron-Core {version_text(problem.options.megatron_core)} runs: {left_out}"
+    version = problem.options.megatron_core
     with clock.phase("output"):  # the answer: predictions and run conditions of the layouts found
         gm = request.goodput_model()
         slowdown = request.straggler_slowdown
@@ -248,4 +273,5 @@ def solve_request(request: SolveRequest, clock: PhaseClock | None = None) -> Pla
         notes=pricing_notes(problem.job, topo.gpu),
         allow_idle_gpus=problem.options.allow_idle_gpus,
         search_limits=search_limits(problem.options),
+        megatron_core=None if version is None else version_text(version),
     )

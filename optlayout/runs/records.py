@@ -19,6 +19,7 @@ from optlayout.inputs.json_doc import parse_json
 from optlayout.inputs.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
 from optlayout.inputs.numbers import number_from_text
 from optlayout.inputs.readers import RUNS
+from optlayout.layout.megatron_core import NEMO_CONTAINERS, Version
 from optlayout.layout.model import Recompute, Sharding
 from optlayout.layout.recompute import RecomputeModule, parse_modules
 from optlayout.layout.text import KEYS, recompute_text
@@ -120,6 +121,19 @@ BRIDGE_FLEX_RELEASES: dict[tuple[str, str], frozenset[str]] = {
                                               "mb-26.06.01", "mb-26.08"}),
     ("Qwen3-30B-A3B", "b200"): frozenset({"mb-26.04", "mb-26.04.01", "mb-26.06", "mb-26.06.01", "mb-26.08"}),
 }  # fmt: skip
+
+
+NEMO_RECORD_MEGATRON_CORE: tuple[tuple[str, str, Version], ...] = (
+    ("nemo2403-", "", (0, 7, 0)),
+    ("nemo2407-", "", NEMO_CONTAINERS["24.07"]),
+    ("dgxc-v24.11.1-", "GPT-3", NEMO_CONTAINERS["24.05"]),
+    ("dgxc-v24.11.1-", "", NEMO_CONTAINERS["24.09"]),
+    ("dgxc-v25.02-", "", (0, 10, 0)),
+)
+"""The Megatron-Core of the NeMo records (id prefix, model name prefix, release), first match wins: the NeMo tables'
+24.03 (at most 24.05's 0.7.0) and 24.07; dgxc-benchmarking's containers (`*/setup.sh` @v24.11.1: nemo_megatron,
+GPT-3, `nemo:24.05`; llama3.1 and nemotron `nemo:24.09`; @v25.02 `nemo:24.12`, whose Megatron-Core NeMo's component
+table does not give: at most 0.10.0, as a December 2024 container predates core_v0.11.0 of 2025-03-14)."""
 
 
 @dataclass(frozen=True)
@@ -517,6 +531,16 @@ class RunRecord(BaseModel):
         """What a prediction of this run does not model of what the record states, one line each."""
         sm = unpriced_sm_share_note(self.moe_dispatcher()[0], self.moe_ep_overlap()[0], gpu_preset(self.cluster.gpu))
         return [note for note in (fp8_pricing_note(self.job.fp8_recipe), sm, self.recipe_mismatch()) if note]
+
+    def megatron_core(self) -> Version | None:
+        """The Megatron-Core release the run's NeMo container held (`NEMO_RECORD_MEGATRON_CORE`); None for other
+        stacks and for Megatron-Bridge (whose containers hold the Megatron-Core its recipes need)."""
+        if self.framework != "nemo":
+            return None
+        for prefix, model, version in NEMO_RECORD_MEGATRON_CORE:
+            if self.id.startswith(prefix) and self.model.name.startswith(model):
+                return version
+        return None
 
     def release(self) -> str | None:
         """The release the record's id names (`mb-25.09`, `dgxc-v24.11.1`); None where it names none."""

@@ -17,6 +17,14 @@ from typing import Any, Final, NamedTuple
 from optlayout.errors import InputError
 from optlayout.frozen import fast_init
 from optlayout.layout.axes import Axis
+from optlayout.layout.megatron_core import (
+    Version,
+    cp_offered,
+    sharding_offered,
+    split_offered,
+    torch_fsdp2_only,
+    torch_fsdp2_runs,
+)
 from optlayout.layout.model import LAYOUT_DEFAULTS, SEARCHED_AXES, Layout, Recompute, Sharding
 from optlayout.layout.recompute import DEFAULT_MODULES, RecomputeModule, module_problems, parse_modules
 from optlayout.layout.rules import (
@@ -48,6 +56,7 @@ class SpaceOptions:
     max_cp: int = 64
     max_bubble_fraction: float | None = None
     all_grad_accum: bool = False  # the oracle walks every accumulation; the solver only the largest legal one
+    megatron_core: Version | None = None  # only what this Megatron-Core release runs (`layout.megatron_core`)
 
 
 def normalize_key(key: str, what: str = "pin") -> str:
@@ -354,7 +363,10 @@ def space_nodes(model: ModelSpec, job: JobSpec, gpus: int, domain_size: int, opt
 
 def _shared_choices(model: ModelSpec, options: SpaceOptions) -> SharedChoices | None:
     """The choices every group of the space shares; None for an empty space."""
-    shardings = tuple(s for s in Sharding if allowed(options, "sharding", s))
+    version = options.megatron_core
+    shardings = tuple(
+        s for s in Sharding if allowed(options, "sharding", s) and (version is None or sharding_offered(version, s))
+    )
     recomputes = tuple(r for r in Recompute if allowed(options, "recompute", r))
     pinned = options.pins.get("recompute_layers")
     if pinned is not None:  # a layer count is full recomputation's
@@ -385,6 +397,7 @@ def _group_specs(
     lo, hi = batch_targets(job)
     accums: dict[tuple[int, int, int], list[int]] = {}  # `_grad_accums` by (sequences per step, pp, vp)
     experts: dict[int, list[tuple[int, int]]] = {}  # `expert_choices` by the GPUs of a stage
+    fsdp2_only = options.megatron_core is not None and torch_fsdp2_only(options.megatron_core)
     for tp in tp_choices(model, gpus, domain_size, options):
         values = ((True,) if model.moe is not None else (False, True)) if tp > 1 else (False,)  # MoE: SP with tp > 1
         sps = tuple(sp for sp in values if allowed(options, "sequence_parallel", sp))
@@ -392,6 +405,8 @@ def _group_specs(
             continue
         for cp in _divisors(gpus // tp):
             if cp > options.max_cp or not cp_fits_sequence(job.seq_len, cp) or not allowed(options, "cp", cp):
+                continue
+            if options.megatron_core is not None and not cp_offered(options.megatron_core, model, cp):
                 continue
             cp_sps = tuple(sp for sp in sps if not sp or sp_fits_sequence(job.seq_len, cp, tp))
             if not cp_sps:
@@ -402,7 +417,10 @@ def _group_specs(
                 split = split_layers(model.layers, pp)
                 if split is None:
                     continue
-                yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shared.shardings,
+                shardings = shared.shardings
+                if fsdp2_only and not torch_fsdp2_runs(model, job, pp, 1):
+                    shardings = tuple(s for s in shardings if s not in _FSDP2)
+                yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shardings,
                                    cp_sps, shared.recompute_layers, accums, experts)  # fmt: skip
 
 
@@ -428,8 +446,13 @@ def _groups(
     first, last = split
     full_dp = gpus // (tp * cp * pp)
     dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
-    counts = set(stage_layer_counts(model.layers, pp, first, last))
-    vps = [v for v in range(1, options.max_vp + 1) if v == 1 or (pp > 1 and vp_fits(counts, v))]
+    counts = stage_layer_counts(model.layers, pp, first, last)
+    version = options.megatron_core
+    vps = [
+        v
+        for v in range(1, options.max_vp + 1)
+        if (v == 1 or (pp > 1 and vp_fits(counts, v))) and (version is None or split_offered(version, counts, v))
+    ]
     if pinned_layers is not None:  # a pinned layer count within the largest model chunk
         vps = [v for v in vps if pinned_layers <= max(counts) // v]
     for dp in dps:
@@ -439,6 +462,9 @@ def _groups(
         group_shardings = shardings if dp * cp > 1 else tuple(s for s in shardings if s == Sharding.none)
         if not group_shardings:
             continue
+        # torch FSDP2, where it is the release's only FSDP, runs without expert parallelism
+        fsdp2_only = options.megatron_core is not None and torch_fsdp2_only(options.megatron_core)
+        expert_shardings = tuple(s for s in group_shardings if s not in _FSDP2) if fsdp2_only else group_shardings
         experts = experts_by_gpus.get(tp * cp * dp)
         if experts is None:
             experts = experts_by_gpus[tp * cp * dp] = expert_choices(model, tp * cp * dp, domain_size, options)
@@ -453,7 +479,13 @@ def _groups(
                     if options.max_bubble_fraction is not None and (pp - 1) / (vp * ga) > options.max_bubble_fraction:
                         continue
                     for ep, etp in experts:
-                        yield tp, pp, vp, cp, dp, ep, etp, mb, ga, first, last, group_shardings, sps
+                        kept = expert_shardings if ep > 1 else group_shardings
+                        if kept:
+                            yield tp, pp, vp, cp, dp, ep, etp, mb, ga, first, last, kept, sps
+
+
+_FSDP2 = (Sharding.zero2, Sharding.fsdp)
+"""The shardings torch FSDP2 runs (`layout.megatron_core.torch_fsdp2_runs`)."""
 
 
 def _micro_batches(options: SpaceOptions, dp: int, hi: int) -> list[int]:
