@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 
 from optlayout.cost.step import tp_overlap_applies  # noqa: E402
 from optlayout.emit import megatron_args  # noqa: E402
-from optlayout.emit.megatron import max_connections, megatron_fsdp_impl  # noqa: E402
+from optlayout.emit.megatron import max_connections, megatron_fsdp_impl, release_problems  # noqa: E402
 from optlayout.errors import OptlayoutError  # noqa: E402
 from optlayout.layout import parse_layout  # noqa: E402
-from optlayout.layout.megatron_core import Version, job_problems, parse_megatron_core, version_text  # noqa: E402
+from optlayout.layout.megatron_core import Version, parse_megatron_core, version_text  # noqa: E402
 from optlayout.presets import model_preset  # noqa: E402
 from optlayout.solver.space import SpaceOptions, enumerate_layouts  # noqa: E402
 from optlayout.specs import JobSpec  # noqa: E402
@@ -100,7 +100,7 @@ def cases(sample: int, seed: int, release: Version | None = None) -> list[tuple[
     for name, seq, gpus in MODELS:
         model = model_preset(name)
         job = JobSpec(seq_len=seq, global_batch=gpus // 2 if gpus > 64 else 128, grad_bytes_per_param=grad_bytes)
-        if release is not None and job_problems(release, model, job):
+        if release is not None and release_problems(model, job, release):
             continue
         emitted = []
         for layout in enumerate_layouts(model, job, gpus, 8, SpaceOptions(megatron_core=release)):
