@@ -34,6 +34,7 @@ import typing
 from pathlib import Path
 
 from _results import publish
+from megatron_flag_releases import tag_of
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,16 +53,6 @@ from tests.launcher_plans import MOE_PLANS, PLANS  # noqa: E402
 MODELS = (("llama3.1-8b", 8192, 64), ("llama3.1-70b", 8192, 256), ("llama3.1-405b", 8192, 2048),
           ("gpt3-175b", 2048, 1024), ("qwen2.5-72b", 4096, 512), ("qwen3-30b-a3b", 4096, 64),
           ("deepseek-v3", 4096, 256), ("mixtral-8x7b", 4096, 64))  # fmt: skip
-
-
-def release_tag(path: Path, version: Version) -> str:
-    """The git tag of a Megatron-Core release (core_v0.12.0; core_r0.9.0 where no core_v tag is a tag)."""
-    for tag in (f"core_v{version_text(version)}", f"core_r{version_text(version)}"):
-        found = subprocess.run(["git", "--git-dir", str(path), "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
-                               capture_output=True, text=True)  # fmt: skip
-        if found.returncode == 0:
-            return f"refs/tags/{tag}"
-    raise SystemExit(f"no tag core_v/core_r{version_text(version)} in {path}")
 
 
 def megatron_source(path: Path, ref: str = "HEAD") -> Path:
@@ -191,7 +182,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
     opts = parser.parse_args()
     release = parse_megatron_core(opts.megatron_core) if opts.megatron_core else None
-    ref = "HEAD" if release is None else release_tag(opts.megatron_lm, release)
+    ref = "HEAD" if release is None else tag_of(opts.megatron_lm, version_text(release))
     source = megatron_source(opts.megatron_lm, ref)
     commit = subprocess.run(["git", "--git-dir", str(opts.megatron_lm), "log", "-1", "--format=%h %cs", ref],
                             capture_output=True, text=True).stdout.strip() or "working tree"  # fmt: skip
