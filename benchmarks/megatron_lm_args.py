@@ -44,7 +44,7 @@ from optlayout.emit import megatron_args  # noqa: E402
 from optlayout.emit.megatron import max_connections, megatron_fsdp_impl, release_problems  # noqa: E402
 from optlayout.errors import OptlayoutError  # noqa: E402
 from optlayout.layout import parse_layout  # noqa: E402
-from optlayout.layout.megatron_core import Version, parse_megatron_core, version_text  # noqa: E402
+from optlayout.layout.megatron_core import FLAG_SINCE, Version, parse_megatron_core, version_text  # noqa: E402
 from optlayout.presets import model_preset  # noqa: E402
 from optlayout.solver.space import SpaceOptions, enumerate_layouts  # noqa: E402
 from optlayout.specs import JobSpec  # noqa: E402
@@ -87,7 +87,7 @@ def cases(sample: int, seed: int, release: Version | None = None) -> list[tuple[
         for plan in MOE_PLANS:
             out.append((f"{plan.model} {plan.layout}", model_preset(plan.model), plan.job, parse_layout(plan.layout)))
     rng = random.Random(seed)
-    grad_bytes = 4 if release is not None and release < (0, 12, 0) else 2
+    grad_bytes = 4 if release is not None and release < FLAG_SINCE["--grad-reduce-in-bf16"] else 2
     for name, seq, gpus in MODELS:
         model = model_preset(name)
         job = JobSpec(seq_len=seq, global_batch=gpus // 2 if gpus > 64 else 128, grad_bytes_per_param=grad_bytes)

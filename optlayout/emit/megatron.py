@@ -24,6 +24,8 @@ from optlayout.emit.ranks import DEFAULT_ORDER, ORDERS
 from optlayout.errors import OptlayoutError, UnsupportedError
 from optlayout.layout.megatron_core import (
     FLAG_SINCE,
+    FSDP_CONNECTIONS_SINCE,
+    FSDP_SHARDINGS,
     MTP_WITH_CP_SINCE,
     Version,
     cp_offered,
@@ -115,17 +117,15 @@ def megatron_problems(
                         f"supported with Context Parallelism broken (before {version_text(MTP_WITH_CP_SINCE)}): "
                         f"cp={layout.cp}")  # fmt: skip
     if megatron_core is not None and not problems:
-        tokens = [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
-        problems += flag_problems(for_release(tokens, megatron_core), megatron_core)
+        problems += flag_problems(for_release(_flags(model, job, layout, order, fsdp_impl), megatron_core),
+                                  megatron_core)  # fmt: skip
     return problems
 
 
 def max_connections(layout: Layout, megatron_core: Version | None = None) -> str | None:
-    """The CUDA_DEVICE_MAX_CONNECTIONS the flags need: unset (None) under FSDP, which asserts more than one from
-    0.12.0 on; else 1, which before 0.12.0 sequence parallelism and TP's async all-reduce required even under
-    FSDP2 (arguments.py @core_v0.10.0 L604-612; FSDP2 only warned)."""
-    fsdp = layout.sharding in (Sharding.zero2, Sharding.fsdp)
-    return None if fsdp and (megatron_core is None or megatron_core >= (0, 12, 0)) else "1"
+    """The CUDA_DEVICE_MAX_CONNECTIONS the flags need: unset (None) under FSDP from `FSDP_CONNECTIONS_SINCE`, else 1."""
+    fsdp = layout.sharding in FSDP_SHARDINGS
+    return None if fsdp and (megatron_core is None or megatron_core >= FSDP_CONNECTIONS_SINCE) else "1"
 
 
 def megatron_fsdp_impl(fsdp_impl: FsdpImpl, megatron_core: Version | None) -> FsdpImpl:
@@ -217,7 +217,7 @@ def pipeline_layout_string(counts: list[int], vp: int, mtp_layers: int = 0) -> s
 def _sharding_problems(
     model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl: str, problems: list[str]
 ) -> None:
-    if layout.sharding not in (Sharding.zero2, Sharding.fsdp):
+    if layout.sharding not in FSDP_SHARDINGS:
         return
     if fsdp_impl == "torch":
         _rule(problems, layout.pp == 1, "--use-torch-fsdp2 needs pipeline_model_parallel_size == 1", f"pp={layout.pp}")
@@ -252,8 +252,7 @@ def megatron_args(
                                  megatron_core=megatron_core)  # fmt: skip
     if problems:
         raise UnsupportedError("; ".join(problems))
-    tokens = [token for flag in _flags(model, job, layout, order, fsdp_impl) for token in flag]
-    return tokens if megatron_core is None else for_release(tokens, megatron_core)
+    return for_release(_flags(model, job, layout, order, fsdp_impl), megatron_core)
 
 
 def _flags(model: ModelSpec, job: JobSpec, layout: Layout, order: str, fsdp_impl: str) -> list[tuple[str, ...]]:
@@ -321,7 +320,7 @@ def release_problems(model: ModelSpec, job: JobSpec, megatron_core: Version) -> 
         flags = _job_flags(model, job, Layout(tp=1, pp=1, dp=1))
     except OptlayoutError:
         return []
-    return flag_problems(for_release([t for flag in flags for t in flag], megatron_core), megatron_core)
+    return flag_problems(for_release(flags, megatron_core), megatron_core)
 
 
 def moe_layer_freq(flags: tuple[bool, ...]) -> str:
@@ -580,7 +579,7 @@ def megatron_notes(
         "unset CUDA_DEVICE_MAX_CONNECTIONS (FSDP needs more than one)"
         if max_connections(layout, megatron_core) is None
         else "export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron requires it with tp>1 or cp>1 before Blackwell"
-        + ("; before 0.12.0 with FSDP2 too)" if layout.sharding in (Sharding.zero2, Sharding.fsdp) else ")")
+        + ("; before 0.12.0 with FSDP2 too)" if layout.sharding in FSDP_SHARDINGS else ")")
     )
     grads = gradient_dtype(job, "megatron", reduced_state=True)
     return [

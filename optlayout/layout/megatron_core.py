@@ -20,9 +20,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from optlayout.errors import InputError
+from optlayout.layout.model import Sharding
 
 if TYPE_CHECKING:
-    from optlayout.specs import JobSpec, ModelSpec, Sharding
+    from optlayout.specs import JobSpec, ModelSpec
 
 Version = tuple[int, int, int]
 OLDEST: Final[Version] = (0, 6, 0)
@@ -132,20 +133,15 @@ def _lacks(flag: str, version: Version) -> str | None:
     return f"{flag} (from {version_text(since)}{hint})" if version < since else None
 
 
-def for_release(tokens: list[str], version: Version) -> list[str]:
-    """An emitted command line without the flags whose value is `version`'s fixed behaviour (`FIXED_BEFORE`)."""
-    kept: list[str] = []
-    skip = False
-    for i, token in enumerate(tokens):
-        if skip:
-            skip = False
-            continue
-        since = FIXED_BEFORE.get((token, tokens[i + 1] if i + 1 < len(tokens) else ""))
-        if since is not None and version < since:
-            skip = True
-            continue
-        kept.append(token)
-    return kept
+def for_release(flags: Iterable[tuple[str, ...]], version: Version | None) -> list[str]:
+    """The tokens of emitted flags (each a flag and its values) without those whose value is `version`'s fixed
+    behaviour (`FIXED_BEFORE`); all of them for the current release (None)."""
+
+    def fixed(flag: tuple[str, ...]) -> bool:
+        since = FIXED_BEFORE.get((flag[0], flag[1])) if len(flag) == 2 else None
+        return version is not None and since is not None and version < since
+
+    return [token for flag in flags if not fixed(flag) for token in flag]
 
 
 def flag_problems(tokens: Iterable[str], version: Version) -> list[str]:
@@ -163,6 +159,8 @@ def flag_problems(tokens: Iterable[str], version: Version) -> list[str]:
     return problems
 
 
+FSDP_SHARDINGS: Final = frozenset({Sharding.zero2, Sharding.fsdp})
+"""The shardings optlayout emits as FSDP (Megatron FSDP, or torch FSDP2 without or with resharding)."""
 FSDP_SINCE: Final = min(FLAG_SINCE["--use-torch-fsdp2"], FLAG_SINCE["--use-megatron-fsdp"])
 """FSDP as optlayout emits it: `--use-torch-fsdp2`, or `--use-megatron-fsdp`."""
 ZERO2_SINCE: Final = min(FLAG_SINCE["--torch-fsdp2-no-reshard-after-forward"], FLAG_SINCE["--use-megatron-fsdp"])
@@ -171,10 +169,12 @@ ZERO2_SINCE: Final = min(FLAG_SINCE["--torch-fsdp2-no-reshard-after-forward"], F
 
 def sharding_offered(version: Version, sharding: Sharding) -> bool:
     """Whether optlayout emits `sharding` for `version` (`FSDP_SINCE`, `ZERO2_SINCE`)."""
-    since = {"fsdp": FSDP_SINCE, "zero2": ZERO2_SINCE}.get(sharding.value, OLDEST)
-    return version >= since
+    return version >= {Sharding.fsdp: FSDP_SINCE, Sharding.zero2: ZERO2_SINCE}.get(sharding, OLDEST)
 
 
+FSDP_CONNECTIONS_SINCE: Final[Version] = (0, 12, 0)
+"""From it FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS > 1 (arguments.py @core_v0.12.0 L527); before it sequence
+parallelism and TP's async all-reduce require 1 even under FSDP2 (@core_v0.10.0 L604-612; FSDP2 only warned)."""
 MTP_WITH_CP_SINCE: Final[Version] = (0, 14, 0)
 """Before it MTP asserts context_parallel_size == 1 (arguments.py @core_v0.12.0 L963, @core_v0.13.0 L1075)."""
 

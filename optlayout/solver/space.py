@@ -18,6 +18,7 @@ from optlayout.errors import InputError
 from optlayout.frozen import fast_init
 from optlayout.layout.axes import Axis
 from optlayout.layout.megatron_core import (
+    FSDP_SHARDINGS,
     Version,
     cp_offered,
     sharding_offered,
@@ -419,7 +420,7 @@ def _group_specs(
                     continue
                 shardings = shared.shardings
                 if fsdp2_only and not torch_fsdp2_runs(model, job, pp, 1):
-                    shardings = tuple(s for s in shardings if s not in _FSDP2)
+                    shardings = tuple(s for s in shardings if s not in FSDP_SHARDINGS)
                 yield from _groups(model, gpus, domain_size, options, tp, cp, pp, split, lo, hi, shardings,
                                    cp_sps, shared.recompute_layers, accums, experts)  # fmt: skip
 
@@ -445,6 +446,7 @@ def _groups(
     `experts_by_gpus` keep the accumulations and expert degrees found so far (they repeat across the calls)."""
     first, last = split
     full_dp = gpus // (tp * cp * pp)
+    fsdp2_only = options.megatron_core is not None and torch_fsdp2_only(options.megatron_core)
     dps = range(1, full_dp + 1) if options.allow_idle_gpus else (full_dp,)
     counts = stage_layer_counts(model.layers, pp, first, last)
     version = options.megatron_core
@@ -463,8 +465,9 @@ def _groups(
         if not group_shardings:
             continue
         # torch FSDP2, where it is the release's only FSDP, runs without expert parallelism
-        fsdp2_only = options.megatron_core is not None and torch_fsdp2_only(options.megatron_core)
-        expert_shardings = tuple(s for s in group_shardings if s not in _FSDP2) if fsdp2_only else group_shardings
+        expert_shardings = (
+            tuple(s for s in group_shardings if s not in FSDP_SHARDINGS) if fsdp2_only else group_shardings
+        )
         experts = experts_by_gpus.get(tp * cp * dp)
         if experts is None:
             experts = experts_by_gpus[tp * cp * dp] = expert_choices(model, tp * cp * dp, domain_size, options)
@@ -482,10 +485,6 @@ def _groups(
                         kept = expert_shardings if ep > 1 else group_shardings
                         if kept:
                             yield tp, pp, vp, cp, dp, ep, etp, mb, ga, first, last, kept, sps
-
-
-_FSDP2 = (Sharding.zero2, Sharding.fsdp)
-"""The shardings torch FSDP2 runs (`layout.megatron_core.torch_fsdp2_runs`)."""
 
 
 def _micro_batches(options: SpaceOptions, dp: int, hi: int) -> list[int]:
