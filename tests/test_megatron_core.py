@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optlayout.cost import usable_memory_bytes
+from optlayout.cost import DEFAULT_PARAMS, usable_memory_bytes
 from optlayout.emit import emit, megatron_args
 from optlayout.emit.megatron import megatron_fsdp_impl, release_problems
 from optlayout.errors import InputError, OptlayoutError
@@ -272,3 +272,33 @@ def test_nemo_records_name_their_containers_megatron_core():
     assert by_id["nemo2403-longseq-llama2-7b-4k"].megatron_core() == (0, 7, 0)
     assert by_id["dgxc-v24.11.1-gpt3175bpaxml-fp8-128g-35a9aec"].megatron_core() is None  # JAX
     assert by_id["mosaic-h100-bf16-mpt7b-s8192-8g-b128"].megatron_core() is None
+
+
+def test_compare_ranks_a_nemo_run_in_its_releases_space():
+    """`compare` ranks a NeMo run among the layouts its container's Megatron-Core runs (0.9.0 here: no FSDP, no
+    ZeRO-2), as `solve --megatron-core` would offer them, and says so; the count is the exhaustive ranking's there,
+    which is smaller than the current release's."""
+    from optlayout.runs.compare import GroupRanking, compare_runs
+    from optlayout.runs.predict import run_job
+    from optlayout.runs.records import read_runs
+    from optlayout.solver.oracle import rank_problem
+    from optlayout.solver.problem import Problem
+    from optlayout.topology import topology_from_cluster
+
+    fixtures = Path(__file__).parent / "fixtures" / "runs"
+    record = next(r for r in read_runs(fixtures / "runs.jsonl") if r.id == "dgxc-v24.11.1-llama318b-bf16-8g-35a9aec")
+    record = record.model_copy(update={"framework": "nemo"})
+    row = compare_runs([record], lambda gpu, precision: DEFAULT_PARAMS, workers=1)["runs"][0]
+    assert row["ranked_in_megatron_core"] == "0.9.0"
+    topo = topology_from_cluster(record.cluster)
+
+    def ranking(options: SpaceOptions) -> GroupRanking:
+        return GroupRanking.of(rank_problem(Problem(record.model, run_job(record), topo, DEFAULT_PARAMS, options)))
+
+    release, current = ranking(SpaceOptions(megatron_core=(0, 9, 0))), ranking(SpaceOptions())
+    assert row["legal_layouts"] == release.count < current.count
+    assert release.best is not None and row["solver_pick"] == release.best[0].model_dump(mode="json")
+    assert row["solver_pick"]["sharding"] not in ("fsdp", "zero2")
+    plain = compare_runs([record.model_copy(update={"framework": None})], lambda gpu, precision: DEFAULT_PARAMS,
+                         workers=1)["runs"][0]  # fmt: skip
+    assert plain["ranked_in_megatron_core"] is None and plain["legal_layouts"] == current.count

@@ -45,7 +45,8 @@ def compare_command(
     ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
-    """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
+    """Per run: measured vs predicted throughput and MFU, the rank of the measured layout (a NeMo run's in what its
+    Megatron-Core release runs), the solver's pick."""
     from optlayout.runs.compare import compare_runs
 
     inputs = (runs, calibration)
@@ -83,14 +84,17 @@ def compare_command(
     for col in ("run", "measured", "predicted", "APE", "rank", "solver gain", "filled"):
         table.add_column(col, justify="right" if col not in ("run", "filled") else "left")
     for row in result["runs"]:
-        rank = row["measured_layout_rank"]
+        rank, release = row["measured_layout_rank"], row["ranked_in_megatron_core"]
         gain = row["solver_predicted_gain"]
+        rank_text = "" if rank is None else f"{rank}/{row['legal_layouts']}"
+        rank_text += " (twin ahead)" if rank is not None and row["twin_ahead"] else ""
+        rank_text += f" (in mcore {release})" if rank is not None and release else ""
         table.add_row(
             row["id"],
             f"{row['measured_tokens_per_s_per_gpu']:,.0f}",
             f"{row['predicted_tokens_per_s_per_gpu']:,.0f}" + (" (over memory)" if row["memory_model_miss"] else ""),
             f"{row['ape']:.1%}",
-            "" if rank is None else f"{rank}/{row['legal_layouts']}" + (" (twin ahead)" if row["twin_ahead"] else ""),
+            rank_text,
             "" if gain is None else f"{gain:+.1%}",
             ", ".join(f"{k}={v}" for k, v in row["filled_fields"].items()),
         )

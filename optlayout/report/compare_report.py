@@ -229,6 +229,8 @@ def _runs_table(runs: Sequence[Mapping[str, Any]], anchors: Mapping[str, str]) -
         rank_text = "-" if rank_n is None else f"{int(rank_n)} of {fmt_num(legal)}" if legal else str(int(rank_n))
         if rank_n is not None and r.get("twin_ahead"):  # the twin rule ranks its faster recomputation twin instead
             rank_text += " (twin ahead)"
+        if rank_n is not None and r.get("ranked_in_megatron_core"):  # ranked in what the run's release runs
+            rank_text += f" in Megatron-Core {r['ranked_in_megatron_core']}"
         gain = _num(r.get("solver_predicted_gain"))
         pick = r.get("solver_pick")
         anchor = anchors.get(str(r.get("id")), "")

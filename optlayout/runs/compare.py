@@ -19,6 +19,7 @@ from typing import Any
 
 from optlayout.cost import CostParams
 from optlayout.errors import OptlayoutError
+from optlayout.layout.megatron_core import version_text
 from optlayout.layout.stages import warmup_chunks
 from optlayout.runs.predict import RunPrediction, predict_run, run_job
 from optlayout.runs.records import RunRecord
@@ -41,7 +42,7 @@ from optlayout.solver.candidates import (
 )
 from optlayout.solver.oracle import rank_problem
 from optlayout.solver.problem import Problem
-from optlayout.solver.space import LayoutGroup, enumerate_groups
+from optlayout.solver.space import LayoutGroup, SpaceOptions, enumerate_groups
 from optlayout.specs import Layout, Recompute, Sharding
 from optlayout.topology import topology_from_cluster
 
@@ -54,8 +55,11 @@ def group_label(record: RunRecord) -> str:
 
 
 def ranking_problem(record: RunRecord, params: CostParams) -> Problem:
-    """The space a run's layout is ranked in: its model, cluster and job, the default search options."""
-    return Problem(record.model, run_job(record), topology_from_cluster(record.cluster), params)
+    """The space a run's layout is ranked in: its model, cluster and job, the default search options kept to what
+    the run's Megatron-Core release runs (`RunRecord.megatron_core`, as `solve --megatron-core`) where the record
+    names one: a layout its stack could not run is no alternative the authors passed over."""
+    options = SpaceOptions(megatron_core=record.megatron_core())
+    return Problem(record.model, run_job(record), topology_from_cluster(record.cluster), params, options)
 
 
 # sharding variants whose memory never rises along the tuple (the state is divided over more of its parts; the
@@ -456,14 +460,14 @@ def compare_runs(
 ) -> dict[str, Any]:
     """The `optlayout compare --json` result: per-run rows and a summary.
 
-    Runs sharing a model, cluster, job and constants are one unit of work (their ranking is computed once);
-    with `workers` > 1 (default: the CPUs this process may use) the units run in that many processes. The
-    rows keep the records' order, every figure is the same whatever the number of workers, and a run that
+    Runs sharing a model, cluster, job, Megatron-Core release and constants are one unit of work (their ranking is
+    computed once); with `workers` > 1 (default: the CPUs this process may use) the units run in that many
+    processes. The rows keep the records' order, every figure is the same whatever the number of workers, and a run that
     cannot be predicted raises the error of the first such run in the file."""
     params = [params_for(rec.cluster.gpu, rec.job.precision) for rec in records]
     members: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for i, rec in enumerate(records):
-        members[(rec.group_key, params[i]) if rank_layouts else (i,)].append(i)
+        members[(rec.group_key, rec.megatron_core(), params[i]) if rank_layouts else (i,)].append(i)  # one space
     units = [Unit(tuple(idx), [records[i] for i in idx], params[idx[0]], rank_layouts) for idx in members.values()]
     by_record: dict[int, tuple[dict[str, Any], RunPrediction]] = {}
     first_error: tuple[int, OptlayoutError] | None = None
@@ -585,6 +589,7 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
         "predicted_fits_memory": pred.prediction.fits,
         "memory_model_miss": pred.memory_model_miss,
         "measured_layout_rank": None,
+        "ranked_in_megatron_core": None,
         "twin_ahead": None,
         "legal_layouts": None,
         "solver_pick": None,
@@ -592,6 +597,8 @@ def _row(rec: RunRecord, pred: RunPrediction, ranking: GroupRanking | None) -> t
     }
     if ranking is not None:
         row["legal_layouts"] = ranking.count
+        release = rec.megatron_core()
+        row["ranked_in_megatron_core"] = version_text(release) if release is not None else None
         row["measured_layout_rank"] = ranking.rank_of(pred.layout, pred.prediction.tokens_per_s_per_gpu)
         twin = ranking.twin_ahead(pred.layout, pred.prediction.tokens_per_s_per_gpu)
         row["twin_ahead"] = twin.model_dump(mode="json") if twin is not None else None
