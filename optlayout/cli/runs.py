@@ -45,8 +45,7 @@ def compare_command(
     ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
-    """Per run: measured vs predicted throughput and MFU, the rank of the measured layout (a NeMo run's in what its
-    Megatron-Core release runs), the solver's pick."""
+    """Per run: measured vs predicted throughput and MFU, the rank of the measured layout, the solver's pick."""
     from optlayout.runs.compare import compare_runs
 
     inputs = (runs, calibration)
