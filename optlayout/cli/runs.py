@@ -85,9 +85,10 @@ def compare_command(
     for row in result["runs"]:
         rank, release = row["measured_layout_rank"], row["ranked_in_megatron_core"]
         gain = row["solver_predicted_gain"]
-        rank_text = "" if rank is None else f"{rank}/{row['legal_layouts']}"
-        rank_text += " (twin ahead)" if rank is not None and row["twin_ahead"] else ""
-        rank_text += f" (in mcore {release})" if rank is not None and release else ""
+        rank_text = ""
+        if rank is not None:
+            rank_text = f"{rank}/{row['legal_layouts']}" + (" (twin ahead)" if row["twin_ahead"] else "")
+            rank_text += f" (in mcore {release})" if release else ""
         table.add_row(
             row["id"],
             f"{row['measured_tokens_per_s_per_gpu']:,.0f}",
