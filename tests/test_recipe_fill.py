@@ -1,6 +1,6 @@
 """The recomputation and sharding of NVIDIA's published recipes filled into run records that leave them unpublished
 (`runs.records.RECIPE_FILL`): exactly the setups it names, what the recipe files say, never over a published value,
-never where the recipe uses what the layout cannot express (`RECIPE_LEFT_ALONE`). The fixture holds thirteen records
+never where the recipe uses what the layout cannot express (`RECIPE_LEFT_ALONE`). The fixture holds fourteen records
 copied from ../shared/data/calibration_runs.jsonl."""
 
 from __future__ import annotations
@@ -76,11 +76,12 @@ def test_the_rule_fills_exactly_the_setups_it_names(records) -> None:
     fills = {i: r.recipe_fills() for i, r in records.items()}
     assert {i: {k: p.text() for k, p in f.items()} for i, f in fills.items() if f} == FILLED
     # left to the solver besides those listed: JAX rematerialisation policies (MaxText, Paxml), a table naming no
-    # recipe (NeMo 24.07)
+    # recipe (NeMo 24.07; its Nemotron-4 340B has only its optimizer state filled)
     assert {i for i, f in fills.items() if not f} == LEFT_ALONE | {
         "dgxc-v24.11.1-llama270bmaxtext-bf16-64g-35a9aec",
         "dgxc-v24.11.1-gpt35bpaxml-bf16-16g-35a9aec",
         "nemo2407-llama370b-64g",
+        "nemo2407-nemotron340b-128g",
     }
     assert {i for i, r in records.items() if _key(r) in RECIPE_LEFT_ALONE} == LEFT_ALONE
     assert all(records[i].layout.recompute is None for i in fills)  # every fixture record leaves it unpublished
@@ -102,7 +103,8 @@ def test_the_release_comes_from_the_id(records) -> None:
     assert records["mb-26.04-pretrain-h100-llama370b-fp8-64g-main"].release() == "mb-26.04"
     assert records["mb-25.09-pretrain-gb200-llama370b-fp8blockwisemx-64g-alt"].release() == "mb-25.09"
     assert records["dgxc-v24.11.1-nemotron4340b-bf16-128g-35a9aec"].release() == "dgxc-v24.11.1"
-    assert records["nemo2407-llama370b-64g"].release() is None
+    assert records["nemo2407-llama370b-64g"].release() == "nemo2407"
+    assert _changed(records["nemo2407-llama370b-64g"], id="nemo-llama370b-64g").release() is None
 
 
 def test_another_release_gpu_or_recipe_is_not_filled(records) -> None:
@@ -129,8 +131,10 @@ def test_a_published_recompute_or_sharding_is_never_overridden(records) -> None:
 
 
 def test_each_fill_cites_a_recipe_file_with_its_tag_and_lines() -> None:
-    for recipe in {p for fill in RECIPE_FILL.values() for p in (fill.recompute, fill.sharding)}:
-        assert re.search(r"\.(yaml|py)\b", recipe.source) and "@v" in recipe.source, recipe.source  # a file, a tag
+    parts = {p for fill in RECIPE_FILL.values() for p in (fill.recompute, fill.sharding, fill.state) if p is not None}
+    for recipe in parts:
+        assert re.search(r"\.(yaml|py)\b", recipe.source), recipe.source  # a file
+        assert re.search(r"@v?\d+\.\d+", recipe.source), recipe.source  # its tag (v0.2.0, v24.11.1, 24.07)
         assert re.search(r"\d+-\d+\b", recipe.source), recipe.source  # its lines
 
 
@@ -205,3 +209,22 @@ def test_a_record_whose_degrees_are_not_the_recipes_is_not_filled_and_says_why(r
     v25 = nemotron.model_copy(update={"id": nemotron.id.replace("dgxc-v24.11.1", "dgxc-v25.02")})
     mismatch = v25.recipe_mismatch()
     assert mismatch is not None and "cp 1 is not the recipe's 2" in mismatch
+
+
+def test_nemo_2407_nemotron_340b_has_only_its_launcher_configs_optimizer_state_filled(records) -> None:
+    """NeMo-Framework-Launcher @24.07 nemotron/nemotron_340b.yaml lines 158-162: distributed_fused_adam, dtype bf16
+    (hand-read); its degrees (PP 12, VP 8, lines 60-62) are not the table's (PP 8, VP 12), so nothing else is filled."""
+    record = records["nemo2407-nemotron340b-128g"]
+    dtypes, why = record.optimizer_state()
+    assert dtypes == {"main_params_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    assert why is not None and "nemotron_340b.yaml @24.07 lines 158-162" in why
+    assert record.recipe_fills() == {} and record.recipe_mismatch() is None
+    assert record.job_spec().optimizer_bytes_per_param == 6
+    run = predict_run(record)
+    assert {"recompute", "sharding"} <= set(run.filled_fields)  # the solver's, as for the table's other runs
+    assert "layout.recompute" not in run.assumed and run.assumed["exp_avg_dtype"]["value"] == "bf16"
+    # the state does not depend on the degrees: the launcher config's own PP 12, VP 8 keeps it
+    assert _changed(record, layout={"pp": 12, "vp": 8}).optimizer_state()[0] == dtypes
+    # the table's other models' launcher configs set no dtype: fp32, nothing assumed
+    assert records["nemo2407-llama370b-64g"].optimizer_state() == ({}, None)
+    assert _changed(record, id="nemo2403-nemotron340b-128g").optimizer_state() == ({}, None)  # another release

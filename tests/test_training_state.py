@@ -103,7 +103,7 @@ def test_fp8_primary_weights_come_from_the_framework_and_release(records) -> Non
     assert not on and why is not None and "off" in why  # Bridge's subchannel (blockwise) configs do not set it
     on, why = records["dgxc-v25.02-llama3170b-fp8-64g-8f5cbb3"].fp8_param_gather()
     assert on and why is not None and "fp8_params" in why
-    on, why = records["nemo2407-llama370b-64g"].fp8_param_gather()  # a NeMo table naming no release: not assumed
+    on, why = records["nemo2407-llama370b-64g"].fp8_param_gather()  # no NeMo 24.07 recipe known to keep them
     assert not on and why is not None and "off" in why
     assert records[NEMOTRON_340B_128].fp8_param_gather() == (False, None)  # bf16: nothing to assume
     stated = records["dgxc-v25.02-llama3170b-fp8-64g-8f5cbb3"]

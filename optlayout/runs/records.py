@@ -213,17 +213,18 @@ class RecipeDegrees:
 @dataclass(frozen=True)
 class RecipeFill:
     """What a published recipe sets of the layout fields its runs' records may leave unpublished (and of the
-    optimizer state, where it is not fp32); `degrees`, where stated, what the fill is checked against."""
+    optimizer state, where it is not fp32); `degrees`, where stated, what the fill is checked against. A field left
+    None is not filled: the solver fills it (a state-only fill, where the recipe's degrees are not the run's)."""
 
-    recompute: RecipeRecompute
-    sharding: RecipeSharding
+    recompute: RecipeRecompute | None
+    sharding: RecipeSharding | None
     state: RecipeState | None = None
     degrees: RecipeDegrees | None = None
 
 
 # A record's release, named by its id: `mb-<NeMo container>-...` (Megatron-Bridge performance summary),
-# `dgxc-<dgxc-benchmarking tag>-...`.
-_RELEASE_ID = re.compile(r"^(mb-\d{2}\.\d{2}(?:\.\d{2})?|dgxc-v\d{2}\.\d{2}(?:\.\d+)?)-")
+# `dgxc-<dgxc-benchmarking tag>-...`, `nemo<yymm>-...` (NeMo's performance summary of that container).
+_RELEASE_ID = re.compile(r"^(mb-\d{2}\.\d{2}(?:\.\d{2})?|dgxc-v\d{2}\.\d{2}(?:\.\d+)?|nemo\d{4})-")
 
 RecipeKey = tuple[str, str, str, Precision, Fp8Recipe | None]
 """(release, model name, GPU, precision, FP8 recipe): what identifies a published recipe."""
@@ -309,6 +310,14 @@ _DGXC_340B_BF16_STATE = RecipeState(
     "dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml @v24.11.1 and @v25.02 lines 183-186: optim "
     "distributed_fused_adam, grad_sync_dtype bf16, dtype bf16 (master weights and both moments in bf16)",
 )  # fmt: skip
+# NeMo 24.07's table publishes Nemotron-4 340B at PP 8, VP 12, the release's launcher config at PP 12, VP 8: only its
+# optimizer state, which no parallel degree changes, is filled from that config. Of the 11 launcher configs of the
+# table's models it is the only one keeping a state other than fp32 (the others set no `dtype`: fp32).
+_NEMO2407_340B_BF16_STATE = RecipeState(
+    "bf16", "bf16", "bf16",
+    "NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/nemotron_340b.yaml @24.07 lines 158-162: optim "
+    "distributed_fused_adam, grad_sync_dtype bf16, dtype bf16 (master weights and both moments in bf16)",
+)  # fmt: skip
 _BRIDGE_70B_26 = "Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py @v0.3.0 to v0.4.2"
 _BRIDGE_70B_DEGREES_26 = {  # the V2 presets on the WorkloadBaseConfig defaults (TP, PP 1, CP 1, no VP, MBS 1)
     "h100-sxm": RecipeDegrees(4, 8, 1, 5, 1, f"{_BRIDGE_70B_26} lines 339-344 (H100_FP8_CS_V2)"),
@@ -335,14 +344,15 @@ _BRIDGE_26 = ("mb-26.02.01", "mb-26.04", "mb-26.04.01")
 # of a filled setup sets `cpu_offloading_num_layers` (the perf scripts' only activation offload, utils/helpers.py
 # @v0.2.0 lines 170-173, utils/overrides.py @v0.4.2 lines 140-143) and the GPT-OSS presets set none. dgxc's MaxText and
 # Paxml (JAX rematerialisation policies, save_dot_except_mlp / save_qkv_proj / SAVE_DOT_ONLY, name the matmul outputs
-# kept, not recomputed modules: no Megatron module set says the same) and the NeMo 24.07 and 24.03 performance tables
-# (they name the container only, and NeMo-Framework-Launcher's 24.07 training configs differ from their layouts) are
-# left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line 57 says VP 6 where its README_175b.md (lines 54, 61,
-# 155) and the published table say VP 12; its recomputation and optimizer lines are those of @v24.11.1, so the fill
+# kept, not recomputed modules: no Megatron module set says the same) and the NeMo 24.07 and 24.03 performance tables'
+# layouts (they name the container only, and NeMo-Framework-Launcher's 24.07 training configs differ from their degrees)
+# are left to the solver too. dgxc @v25.02's gpt3_175b_hydra.yaml line 57 says VP 6 where its README_175b.md (lines 54,
+# 61, 155) and the published table say VP 12; its recomputation and optimizer lines are those of @v24.11.1, so the fill
 # stands. Where an entry states the recipe's degrees (`RecipeDegrees`: the Bridge 26.x Llama 3 70B presets, dgxc's
 # Nemotron-4), a record publishing others is not filled and says why (`RunRecord.recipe_mismatch`); the other entries
 # state none yet and are not checked. FP8 primary weights are not a recipe fill: every FP8 run of these sources keeps
-# them (`FP8_PARAM_GATHER_RECIPES`). Nemotron-4 340B keeps its optimizer state in bf16 (`_DGXC_340B_BF16_STATE`).
+# them (`FP8_PARAM_GATHER_RECIPES`). Nemotron-4 340B keeps its optimizer state in bf16 (`_DGXC_340B_BF16_STATE`), in
+# NeMo 24.07 too (`_NEMO2407_340B_BF16_STATE`, the only fill of that table).
 RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
     **_recipes(RecipeFill(_BRIDGE_NONE_25_09, _BRIDGE_ZERO1_25_09), ("mb-25.09",), ("Llama 3 8B",), ("gb200", "b200"),
                (("fp8", None), ("fp8", "blockwise"))),
@@ -367,6 +377,7 @@ RECIPE_FILL: dict[RecipeKey, RecipeFill] = {
                ("Nemotron-4 15B",), ("h100-sxm",), _BOTH),
     **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, _DGXC_340B_DEGREES),
                ("dgxc-v24.11.1", "dgxc-v25.02"), ("Nemotron-4 340B",), ("h100-sxm",), (("fp8", None),)),
+    ("nemo2407", "Nemotron-4 340B", "h100-sxm", "fp8", "tensorwise"): RecipeFill(None, None, _NEMO2407_340B_BF16_STATE),
     **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, _DGXC_340B_DEGREES),
                ("dgxc-v24.11.1",), ("Nemotron-4 340B",), ("h100-sxm",), (("bf16", None),)),
     **_recipes(RecipeFill(_DGXC_SELECTIVE, _DGXC_ZERO1, _DGXC_340B_BF16_STATE, RecipeDegrees(
@@ -543,7 +554,7 @@ class RunRecord(BaseModel):
         return None
 
     def release(self) -> str | None:
-        """The release the record's id names (`mb-25.09`, `dgxc-v24.11.1`); None where it names none."""
+        """The release the record's id names (`mb-25.09`, `dgxc-v24.11.1`, `nemo2407`); None where it names none."""
         found = _RELEASE_ID.match(self.id)
         return found.group(1) if found else None
 
@@ -602,9 +613,10 @@ class RunRecord(BaseModel):
             return {}
         lay = self.layout
         parts: dict[str, RecipeRecompute | RecipeSharding] = {}
-        if lay.recompute is None and lay.recompute_layers is None and lay.recompute_modules is None:
-            parts["recompute"] = fill.recompute  # any of the three published: the record's recomputation
-        if lay.sharding is None:
+        unpublished = lay.recompute is None and lay.recompute_layers is None and lay.recompute_modules is None
+        if fill.recompute is not None and unpublished:  # any of the three published: the record's recomputation
+            parts["recompute"] = fill.recompute
+        if fill.sharding is not None and lay.sharding is None:
             parts["sharding"] = fill.sharding
         return parts
 
