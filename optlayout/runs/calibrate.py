@@ -8,6 +8,7 @@ only the constants, never the layouts. The error is reported under cross-validat
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -46,6 +47,7 @@ FITTED: dict[str, tuple[float, float]] = {
 }
 # Fitted by earlier releases and still read from their files (with the same physical range): such a file applies them.
 FORMERLY_FITTED: dict[str, tuple[float, float]] = {"attention_efficiency": (0.1, 0.9)}
+LOSS_SCALE = 0.1  # the robust loss's scale: log errors beyond about 10% count linearly, not squared
 MIN_RUNS_PER_KEY = 8  # fewer runs than this for a GPU/precision: use the global fit
 # Fitted on mixture-of-experts runs only, one set for every GPU, on top of the dense constants (which MoE runs never
 # refit): the grouped expert GEMMs' rate against a dense GEMM's and the expert all-to-all's link efficiency.
@@ -183,8 +185,16 @@ def _with(base: CostParams, names: Sequence[str], x: np.ndarray) -> CostParams:
     return base.model_copy(update=dict(zip(names, (float(v) for v in x), strict=True)))
 
 
+START_GRID_LEVELS = (0.25, 0.75)
+"""Where `fit` looks for starting points: these fractions of each fitted constant's range, every combination."""
+STARTS_FROM_GRID = 2  # the grid points of lowest loss a fit also starts from, besides its base
+
+
 def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequence[str] = tuple(FITTED)) -> CostParams:
-    """Robust least squares on log errors over the given runs."""
+    """Robust least squares on log errors over the given runs, started from `base` and from the best points of a
+    grid over the constants' ranges (`START_GRID_LEVELS`); the lowest loss wins. The step time's max() and clamped
+    overlaps leave the loss several minima, so one start alone ends in the one nearest `base` (which for a
+    GPU's fit is the global fit: its constants then moved with runs of other GPUs)."""
     if not cases:
         return base
     names = identifiable(cases, base, names)
@@ -193,7 +203,6 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
     measured = np.array([c.prediction.record.measured.tokens_per_s_per_gpu for c in cases])
     lo = np.array([FITTED[n][0] for n in names])
     hi = np.array([FITTED[n][1] for n in names])
-    x0 = np.clip(np.array([getattr(base, n) for n in names]), lo, hi)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         params = _with(base, names, x)
@@ -201,10 +210,19 @@ def fit(cases: Sequence[_Case], base: CostParams = DEFAULT_PARAMS, names: Sequen
         errors: np.ndarray = np.log(predicted / measured)
         return errors
 
+    def loss(x: np.ndarray) -> float:  # least_squares' soft_l1 cost at f_scale LOSS_SCALE
+        z = (residuals(x) / LOSS_SCALE) ** 2
+        return float(LOSS_SCALE**2 * np.sum(np.sqrt(1 + z) - 1))
+
     from scipy.optimize import least_squares  # scipy loads only to fit
 
-    result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
-    return _with(base, names, result.x)
+    grid = [lo + (hi - lo) * np.array(levels) for levels in itertools.product(START_GRID_LEVELS, repeat=len(names))]
+    starts = [np.clip(np.array([getattr(base, n) for n in names]), lo, hi)]
+    starts += sorted(grid, key=loss)[:STARTS_FROM_GRID]
+    fits = [least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, diff_step=1e-3)
+            for x0 in starts]  # fmt: skip
+    best = min(fits, key=lambda result: float(result.cost))
+    return _with(base, names, best.x)
 
 
 def identifiable(cases: Sequence[_Case], base: CostParams, names: Sequence[str]) -> list[str]:
@@ -439,5 +457,5 @@ def _fit_moe(cases: Sequence[_Case], base: Callable[[_Case], CostParams]) -> dic
 
     from scipy.optimize import least_squares  # scipy loads only to fit
 
-    result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
+    result = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, diff_step=1e-3)
     return dict(zip(names, (float(v) for v in result.x), strict=True))
