@@ -681,4 +681,3 @@ def test_grad_bytes_are_planned_counted_and_emitted(cli, tmp_path):
     # a gradient buffer no launcher keeps is refused where the job is read, not first by the emitter
     odd = cli("solve", *args, "--global-batch", "64", "--grad-bytes", "3")
     assert odd.returncode == 2 and "grad-bytes: must be 2" in odd.stderr and "got 3" in odd.stderr
-
