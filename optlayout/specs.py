@@ -481,6 +481,11 @@ class JobSpec(_Spec):
         description="FP8 primary weights (Megatron --fp8-param-gather, NeMo fp8_params; precision fp8 only): the "
         "data-parallel weight all-gather moves 1 byte per parameter, MXFP8's 2 (`param_gather_bytes_per_param`)",
     )
+    fp8_weights_transpose_free: bool = Field(
+        False,
+        description="the GPU runs FP8 GEMMs in any layout, so per-tensor FP8 primary weights keep no transpose "
+        "(`resident_weight_bytes_per_param`); set where the job meets its GPU (`on_gpu`), not by hand",
+    )
     optimizer: Optimizer = Field("adam", description="adam: two moments; muon: one momentum buffer")
     main_params_dtype: MainParamsDtype = Field("fp32", description="the optimizer's master copy of the weights")
     exp_avg_dtype: StateDtype = Field("fp32", description="Adam's first moment (muon: its momentum buffer)")
@@ -592,11 +597,37 @@ class JobSpec(_Spec):
         The memory model keeps 2-byte weights with FP8 primary weights: Transformer Engine stores an FP8 weight
         row- and column-wise for training (quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled()),
         module/base.py @v2.10 line 1265): MXFP8 2 + 2/32 scale bytes (tensor/mxfp8_tensor.py @v2.10 lines 120-145),
-        per-tensor FP8 on Hopper data + transpose, 2 (utils.py is_non_tn_fp8_gemm_supported: Blackwell needs no
-        transpose, 1 byte, not modelled; the memory model has no GPU)."""
+        per-tensor FP8 on Hopper data + transpose, 2; on Blackwell 1 (`resident_weight_bytes_per_param`)."""
         if self.fp8_param_gather and self.fp8_recipe != "mxfp8":
             return 1.0
         return self.weight_bytes_per_param
+
+    @property
+    def resident_weight_bytes_per_param(self) -> float:
+        """Bytes per parameter the working weights hold on a GPU: `weight_bytes_per_param`, except per-tensor FP8
+        primary weights (fp8_param_gather with the tensorwise recipe, or the launcher's default, Megatron's
+        per-tensor delayed scaling) on a GPU that runs FP8 GEMMs in any layout (`fp8_weights_transpose_free`):
+        Transformer Engine's per-tensor quantizers then keep the FP8 data only and no transpose, 1 byte
+        (transformer_engine/pytorch/csrc/quantizer.cpp @v2.10 lines 126 and 137, Float8Quantizer; 331 and 340,
+        Float8CurrentScalingQuantizer: with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()),
+        where Hopper keeps data and transpose, 2. The 16-bit embedding, output layer and norms are counted at 1
+        byte too, as `param_gather_bytes_per_param` counts them. MXFP8 and blockwise weights keep their two
+        directions' blocks on every GPU: `weight_bytes_per_param`."""
+        per_tensor = self.fp8_recipe in (None, "tensorwise")
+        if self.fp8_param_gather and per_tensor and self.fp8_weights_transpose_free:
+            return 1.0
+        return self.weight_bytes_per_param
+
+    def on_gpu(self, gpu: GpuSpec) -> JobSpec:
+        """This job as it runs on `gpu`: `fp8_weights_transpose_free` where Transformer Engine's
+        is_non_tn_fp8_gemm_supported holds (compute capability 10.x and 11.x, or 13 and later, utils.py @v2.10
+        lines 491-496): the datacenter Blackwell GPUs, arch blackwell here (B200, GB200, B300, GB300; a hand-built
+        GPU of the 12.x consumer Blackwell parts is to be given another arch). The cost model prices a job
+        on its GPU through this (`evaluate`, the solver's cost table); the job itself is what plans save."""
+        transpose_free = gpu.arch == "blackwell"
+        if not self.fp8_param_gather or self.fp8_weights_transpose_free == transpose_free:
+            return self
+        return self.model_copy(update={"fp8_weights_transpose_free": transpose_free})
 
     @property
     def state_bytes_per_param(self) -> float:

@@ -176,3 +176,36 @@ def test_the_warm_up_is_megatrons_1f1b_and_interleaved_count() -> None:
     assert [warmup_chunks(4, 1, i) for i in range(4)] == [4, 3, 2, 1]
     assert [warmup_chunks(4, 2, i) for i in range(4)] == [11, 9, 7, 5]
     assert warmup_chunks(8, 5) == 14 + 32 + 1
+
+
+def test_per_tensor_fp8_weights_keep_no_transpose_on_blackwell() -> None:
+    """Transformer Engine's per-tensor FP8 weights are data + transpose (2 B) on Hopper and data alone (1 B) where
+    FP8 GEMMs take any layout (quantizer.cpp @v2.10, is_non_tn_fp8_gemm_supported); MXFP8 keeps both directions.
+    Megatron-Bridge's 26.04 Llama 3.1 405B recipe on 256 GB200 (FP8 current scaling, fp8_param_gather, TP 4 PP 16
+    VP 4 DP 4, ZeRO-1, no recomputation: llama31_workload_base_configs.py @v0.4.0 lines 262-272) ran, and fits
+    only with the 1-byte weights."""
+    from optlayout.cost import evaluate
+    from optlayout.layout import parse_layout
+    from optlayout.presets import gpu_preset, model_preset
+    from optlayout.specs import ClusterSpec
+    from optlayout.topology import topology_from_cluster
+
+    model = model_preset("llama3.1-405b")
+    job = JobSpec(seq_len=8192, global_batch=1536, precision="fp8", fp8_recipe="tensorwise", fp8_param_gather=True)
+    layout = parse_layout("tp=4,pp=16,vp=4,dp=4,mb=1,ga=384,sharding=zero1,recompute=none,sp")
+    gb200, h100 = gpu_preset("gb200"), gpu_preset("h100-sxm")
+    on_gb200 = memory_per_gpu(model, job.on_gpu(gb200), layout, DEFAULT_PARAMS)
+    on_h100 = memory_per_gpu(model, job.on_gpu(h100), layout, DEFAULT_PARAMS)
+    assert on_gb200.weights_bytes == on_gb200.param_count_on_gpu * 1.0
+    assert on_h100.weights_bytes == on_h100.param_count_on_gpu * 2.0 == memory_per_gpu(model, job, layout,
+                                                                                         DEFAULT_PARAMS).weights_bytes
+    assert on_gb200.total_bytes == on_h100.total_bytes - on_gb200.param_count_on_gpu  # nothing else moves
+    mx = job.model_copy(update={"fp8_recipe": "mxfp8"})
+    assert memory_per_gpu(model, mx.on_gpu(gb200), layout, DEFAULT_PARAMS).weights_bytes == on_h100.weights_bytes
+    bf16 = JobSpec(seq_len=8192, global_batch=1536)
+    assert bf16.on_gpu(gb200) is bf16  # nothing to resolve without FP8 primary weights
+    topo = topology_from_cluster(ClusterSpec(gpu="gb200", gpus=256, gpus_per_node=4, nvlink_domain=72))
+    run = evaluate(model, job, layout, gb200, topo)  # evaluate prices the job on its GPU
+    assert run.memory.weights_bytes == on_gb200.weights_bytes
+    assert run.memory_per_gpu_bytes <= run.memory_capacity_bytes
+    assert on_h100.total_bytes > run.memory_capacity_bytes  # with 2-byte weights the recipe that ran would not fit

@@ -122,6 +122,7 @@ def evaluate(
     """Memory per GPU and step time of `layout` (assumed legal: see `optlayout.layout.check_layout`); `times`, the
     layout's own `step_time` when the caller has it already (the same figures, not computed again)."""
     links = links or group_links(topology, layout)
+    job = job.on_gpu(gpu)
     mem = memory_per_gpu(model, job, layout, params, memo)
     if times is None:
         most, experts = mem.most_params

@@ -181,7 +181,7 @@ def state_bytes_per_gpu(
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes on one GPU; ZeRO/FSDP shard over the data-parallel group."""
     d = max(shard_group, 1)
-    weights = param_count_on_gpu * job.weight_bytes_per_param / (d if sharding == Sharding.fsdp else 1)
+    weights = param_count_on_gpu * job.resident_weight_bytes_per_param / (d if sharding == Sharding.fsdp else 1)
     grads = param_count_on_gpu * job.grad_bytes_per_param / (d if sharding in (Sharding.zero2, Sharding.fsdp) else 1)
     optim = param_count_on_gpu * job.optimizer_bytes_per_param / (d if sharding != Sharding.none else 1)
     return weights, grads, optim

@@ -237,7 +237,7 @@ class CostTable:
         goodput: GoodputModel | None = None,
         robust: LayoutUncertainty | None = None,
     ) -> None:
-        self.model, self.job, self.gpu, self.topology, self.params = model, job, gpu, topology, params
+        self.model, self.job, self.gpu, self.topology, self.params = model, job.on_gpu(gpu), gpu, topology, params
         self.goodput = goodput  # set: candidates carry their checkpointing and rank by goodput
         self.robust = robust  # set: candidates rank by their conservative throughput
         # the bounds below bound the cost model's throughput; the ranked one is at most this many times it
