@@ -594,10 +594,10 @@ class JobSpec(_Spec):
         469-491 at d7288711). The embedding, output layer and norms stay 16-bit (3% of Llama 3 70B's parameters):
         counted at 1 byte too.
 
-        The memory model keeps 2-byte weights with FP8 primary weights: Transformer Engine stores an FP8 weight
-        row- and column-wise for training (quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled()),
+        What FP8 primary weights hold on a GPU is `resident_weight_bytes_per_param`: Transformer Engine stores an FP8
+        weight row- and column-wise for training (quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled()),
         module/base.py @v2.10 line 1265): MXFP8 2 + 2/32 scale bytes (tensor/mxfp8_tensor.py @v2.10 lines 120-145),
-        per-tensor FP8 on Hopper data + transpose, 2; on Blackwell 1 (`resident_weight_bytes_per_param`)."""
+        per-tensor FP8 on Hopper data + transpose, 2, on Blackwell the data alone, 1."""
         if self.fp8_param_gather and self.fp8_recipe != "mxfp8":
             return 1.0
         return self.weight_bytes_per_param
@@ -621,9 +621,9 @@ class JobSpec(_Spec):
     def on_gpu(self, gpu: GpuSpec) -> JobSpec:
         """This job as it runs on `gpu`: `fp8_weights_transpose_free` where Transformer Engine's
         is_non_tn_fp8_gemm_supported holds (compute capability 10.x and 11.x, or 13 and later, utils.py @v2.10
-        lines 491-496): the datacenter Blackwell GPUs, arch blackwell here (B200, GB200, B300, GB300; a hand-built
-        GPU of the 12.x consumer Blackwell parts is to be given another arch). The cost model prices a job
-        on its GPU through this (`evaluate`, the solver's cost table); the job itself is what plans save."""
+        lines 491-496): the datacenter Blackwell GPUs, arch blackwell here (the B200, GB200 and GB300 presets; a
+        hand-built GPU of the 12.x consumer Blackwell parts is to be given another arch). The cost model prices a
+        job on its GPU through this (`evaluate`, the solver's cost table); the job itself is what plans save."""
         transpose_free = gpu.arch == "blackwell"
         if not self.fp8_param_gather or self.fp8_weights_transpose_free == transpose_free:
             return self
